@@ -1,0 +1,198 @@
+"""Adapters around ``jax.nn.dot_product_attention`` (jax 0.10): ``xla`` and, on GPUs, ``cudnn``.
+
+Translation of a ``Case`` (why each step exists):
+
+* layout: jax wants ``[B, T, N, H]``; the contract speaks ``[B, H, T, D]``, so q/k/v are transposed
+  in and the output transposed back. Masks and biases keep ``[B, N, T, S]``, jax's own order for
+  them, but jax requires them 4-D, so lower-rank (broadcastable) ones get leading unit axes.
+* mask sense: jax's boolean ``mask`` means *take part*; the suite's means *blocked*: ``~mask``.
+* float bias goes to ``bias`` (float64 for float64 cases, float32 otherwise, the dtype jax adds it
+  in), a boolean mask to ``mask``, ``is_causal`` to ``is_causal``: jax accepts all three together,
+  so unlike the torch adapter nothing is combined here.
+* float64: the whole call runs under the scoped ``jax.enable_x64(True)``, otherwise jax would
+  silently compute float64 inputs in float32. It is scoped so the rest of the process keeps jax's
+  defaults.
+* dropout: the API has none, so ``dropout=False``.
+* jit: calls are jitted, as users run them, except float16 on CPU: there the jitted call fails to
+  compile ("The precision 'F16_F16_F32' is not supported by dot_general on CPU"); run op by op,
+  jax's own fallback to the default dot precision (float32 accumulation) takes over, and the
+  result is correct to float16 rounding (measured max abs error 5e-4 against float64). So on CPU
+  float16 is supported but *un-jitted*; jit and eager results are not bitwise equal in general.
+
+Measured on this machine (jax 0.10.2 CPU; tests/test_adapter_declarations.py re-measures):
+
+* a row whose keys are all blocked by the boolean mask gives the mean of V (jax fills masked
+  logits with a large finite negative number), dq = 0 there and all gradients finite;
+  the SAME row blocked through an all ``-inf`` bias gives NaN output and NaN gradients. The
+  declaration states the boolean-mask behaviour ('mean-v'); the contract has one all_blocked field.
+* ``is_causal`` with T != S is aligned top-left; GQA query head h reads kv head ``h // (N/K)``.
+* value must have the key's shape: Dk != Dv is refused (ValueError), hence requires_dk_eq_dv.
+* bad shapes (Hq not a multiple of Hkv, batch/S/Dk mismatch, mixed dtypes) raise ValueError.
+* repeated jitted calls are bitwise equal, but a batch item alone and inside a batch of 4 differ
+  in the last bits (T=300, S=700, D=64): not batch invariant.
+* float64: logits are float64 but jax runs the softmax in float32 ("Softmax and it is always
+  carried out in fp32", jax/_src/nn/functions.py), so float64 outputs carry ~1e-7 error against a
+  float64 reference. float64 is declared (accepted and returned as float64); the accuracy shortfall
+  is the kernel's, for the suite's tolerance clauses to report.
+
+``cudnn`` is GPU only and not measured here (no GPU in the session that wrote it).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+import jax
+import jax.numpy as jnp
+
+from conformance.contract import Case, Declaration, np_dtype
+
+__all__ = ["JaxAttention", "xla", "cudnn"]
+
+
+def _to_jax(a: np.ndarray) -> jax.Array:
+    # ml_dtypes.bfloat16 is jax's own bfloat16, so every dtype crosses without conversion.
+    return jnp.asarray(np.array(a, copy=True))
+
+
+def _to_numpy(a: jax.Array) -> np.ndarray:
+    return np.array(a, copy=True)
+
+
+def _as_4d(a: np.ndarray) -> np.ndarray:
+    a = np.asarray(a)
+    if a.ndim > 4:
+        return a  # let jax reject it: not this adapter's call to make
+    return a.reshape((1,) * (4 - a.ndim) + a.shape)
+
+
+def _attention(q, k, v, bias, mask, *, is_causal: bool, scale: float | None, implementation: str | None):
+    """Contract layout in, contract layout out."""
+    out = jax.nn.dot_product_attention(
+        jnp.swapaxes(q, 1, 2),
+        jnp.swapaxes(k, 1, 2),
+        jnp.swapaxes(v, 1, 2),
+        bias=bias,
+        mask=mask,
+        is_causal=is_causal,
+        scale=scale,
+        implementation=implementation,
+    )
+    return jnp.swapaxes(out, 1, 2)
+
+
+def _vjp(q, k, v, bias, mask, g, *, is_causal: bool, scale: float | None, implementation: str | None):
+    f = functools.partial(
+        _attention, bias=bias, mask=mask, is_causal=is_causal, scale=scale, implementation=implementation
+    )
+    _, pullback = jax.vjp(f, q, k, v)
+    return pullback(g)
+
+
+_STATIC = ("is_causal", "scale", "implementation")
+_attention_jit = jax.jit(_attention, static_argnames=_STATIC)
+_vjp_jit = jax.jit(_vjp, static_argnames=_STATIC)
+
+
+class JaxAttention:
+    """``jax.nn.dot_product_attention`` with one fixed ``implementation``."""
+
+    def __init__(self, name: str, implementation: str | None, declaration: Declaration) -> None:
+        self.name = name
+        self.implementation = implementation
+        self.declaration = declaration
+
+    def __repr__(self) -> str:
+        return f"JaxAttention({self.name!r}, implementation={self.implementation!r})"
+
+    def unavailable_reason(self) -> str | None:
+        if self.implementation == "cudnn":
+            try:
+                gpus = jax.devices("gpu")
+            except RuntimeError:
+                gpus = []
+            if not gpus:
+                return f"no GPU for jax's cuDNN attention: jax.default_backend() is {jax.default_backend()!r}"
+        return None
+
+    def _jit_ok(self, case: Case) -> bool:
+        return not (case.dtype == "float16" and jax.default_backend() == "cpu")
+
+    def _args(self, case: Case) -> tuple[list[Any], dict[str, Any]]:
+        bias = None
+        if case.bias is not None:
+            bias_dtype = np.float64 if case.dtype == "float64" else np.float32
+            bias = jnp.asarray(_as_4d(np.asarray(case.bias, dtype=np.float64)).astype(bias_dtype))
+        mask = None
+        if case.mask is not None:
+            mask = jnp.asarray(~_as_4d(np.asarray(case.mask, dtype=bool)))
+        arrays = [_to_jax(case.query), _to_jax(case.key), _to_jax(case.value), bias, mask]
+        static = {
+            "is_causal": bool(case.is_causal),
+            "scale": None if case.scale is None else float(case.scale),
+            "implementation": self.implementation,
+        }
+        return arrays, static
+
+    def forward(self, case: Case) -> np.ndarray:
+        with jax.enable_x64(True):
+            arrays, static = self._args(case)
+            fn = _attention_jit if self._jit_ok(case) else _attention
+            return _to_numpy(fn(*arrays, **static))
+
+    def vjp(self, case: Case, grad_out: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        with jax.enable_x64(True):
+            arrays, static = self._args(case)
+            g = _to_jax(np.asarray(grad_out).astype(np_dtype(case.dtype)))
+            fn = _vjp_jit if self._jit_ok(case) else _vjp
+            dq, dk, dv = fn(*arrays, g, **static)
+            return _to_numpy(dq), _to_numpy(dk), _to_numpy(dv)
+
+
+_XLA = Declaration(
+    dtypes=frozenset({"float64", "float32", "float16", "bfloat16"}),
+    device="cpu",
+    grad=True,
+    dropout=False,
+    gqa=True,
+    bool_mask=True,
+    float_mask=True,
+    causal=True,
+    custom_scale=True,
+    causal_alignment="top-left",
+    all_blocked="mean-v",
+    mask_sense="attend",
+    max_head_dim=None,
+    requires_dk_eq_dv=True,
+    deterministic=True,
+    batch_invariant=False,
+    returns_weights=False,
+    validates_inputs=True,
+    notes=(
+        "jax 0.10 jax.nn.dot_product_attention, implementation='xla', jitted (float16 on CPU runs "
+        "un-jitted: jit fails with F16_F16_F32 unsupported by dot_general on CPU). Measured: rows "
+        "all blocked by the bool mask -> mean of V, dq = 0, finite grads; all -inf bias rows -> NaN "
+        "output and grads; is_causal top-left; GQA h -> h // (N/K); Dk != Dv refused; no dropout "
+        "argument; not batch invariant; float64 logits but float32 softmax (~1e-7 error)."
+    ),
+)
+
+xla = JaxAttention("jax", "xla", _XLA)
+
+cudnn = JaxAttention(
+    "jax-cudnn",
+    "cudnn",
+    _XLA.replace(
+        dtypes=frozenset({"float16", "bfloat16"}),
+        device="cuda",
+        deterministic=False,
+        max_head_dim=128,
+        notes=(
+            "jax.nn.dot_product_attention(implementation='cudnn'): GPU only, fp16/bf16, head dim "
+            "<= 128. NOT measured by the author (no GPU); all_blocked and determinism unverified."
+        ),
+    ),
+)

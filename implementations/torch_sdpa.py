@@ -1,0 +1,341 @@
+"""Adapters around ``torch.nn.functional.scaled_dot_product_attention`` (torch 2.13).
+
+One adapter per backend choice, because the backends are different kernels with different limits:
+``cpu_default`` lets torch choose, the others force one backend with
+``torch.nn.attention.sdpa_kernel`` so that a refusal shows up as a refusal (``NotApplicable`` with
+torch's own warning text) instead of a silent fallback to another kernel.
+
+Translation of a ``Case`` (why each step exists):
+
+* mask sense: torch's boolean ``attn_mask`` means *may attend*; the suite's means *blocked*, so the
+  adapter passes ``~mask``.
+* torch refuses ``is_causal=True`` together with ``attn_mask`` (math backend: "Explicit attn_mask
+  should not be set when is_causal=True"; the CPU flash path silently accepts it). A case with both
+  gets one combined mask built here: the causal part in this adapter's declared alignment
+  (top-left: query i may see keys j <= i), OR-ed with the blocked mask.
+* a boolean mask together with a float bias is folded into one float mask (blocked -> ``-inf``),
+  since torch takes a single ``attn_mask``.
+* float masks are passed as float64 for float64 cases and float32 otherwise: torch accepts a
+  float32 mask with half/bfloat16 queries, and rounding the bias to 8 mantissa bits would be the
+  adapter's error, not the kernel's.
+* ``enable_gqa=True`` is passed only when Hq != Hkv. Masks are passed with their own (broadcast)
+  shape, not expanded: a kernel that mishandles broadcasting must be seen doing so.
+* dropout: ``torch.manual_seed(case.seed)`` before every call, so ``vjp`` (which re-runs the forward)
+  draws the same dropout mask as ``forward``.
+
+Measured on this build (torch 2.13.0+cpu, 2 threads; tests/test_adapter_declarations.py re-measures):
+
+* CPU, default / MATH / FLASH_ATTENTION alike: all four dtypes accepted and returned; fully
+  blocked rows give exact zeros and finite gradients, with a boolean mask and with an all ``-inf``
+  float mask; ``is_causal`` with T != S is aligned top-left; GQA query head h reads kv head
+  ``h // (Hq/Hkv)``; repeated calls are bitwise equal (forward and backward); a batch item's output
+  is bitwise the same alone and inside a batch of 4 (T=300, S=700, D=64 and smaller); head dims up
+  to 1024 run.
+* CPU FLASH_ATTENTION refuses dropout ("Both fused kernels do not support non-zero dropout.") and
+  Dk != Dv ("Flash attention requires q,k,v to have the same last dimension."); the default
+  backend routes those cases to MATH (``torch._fused_sdp_choice`` reports 0 = math for dropout).
+* no input validation to speak of: a query batch of 1 against a key batch of 2 broadcasts (all
+  backends), and on the default/flash path a value with a different S than the key runs without
+  error. Hence ``validates_inputs=False``.
+* default and FLASH fail on masks of rank < 2 (IndexError "Dimension out of range"), MATH accepts
+  them; the adapter does not paper over this.
+
+CUDA adapters: NOT measured here (no CUDA device in the session that wrote them). Their
+declarations are read from torch's backend filters (aten/src/ATen/native/transformers/cuda/
+sdp_utils.cpp: flash = fp16/bf16, no attn_mask, head dim <= 256 and Dk == Dv, no causal with
+T != S; efficient = fp16/fp32/bf16, masks allowed; cuDNN = fp16/bf16, head dim multiple of 8,
+dropout in steps of 1/16, not deterministic) and are re-measured by the CUDA declaration tests.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from contextlib import nullcontext
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from conformance.contract import Case, Declaration, NotApplicable
+from implementations._torch import TORCH_DTYPES, qkv, to_numpy, to_torch
+
+__all__ = [
+    "TorchSDPA",
+    "cpu_default",
+    "cpu_math",
+    "cpu_flash",
+    "cuda_default",
+    "cuda_flash",
+    "cuda_efficient",
+    "cuda_cudnn",
+    "cuda_math",
+]
+
+# torch prefixes each backend's list of reasons with one of these warnings (select_sdp_backend).
+_REASON_HEADERS: dict[SDPBackend, str] = {
+    SDPBackend.FLASH_ATTENTION: "Flash attention kernel not used because",
+    SDPBackend.EFFICIENT_ATTENTION: "Memory efficient kernel not used because",
+    SDPBackend.CUDNN_ATTENTION: "cuDNN attention kernel not used because",
+}
+_ANY_HEADER = re.compile(r"kernel not used because:?\s*$")
+_TRIGGERED = re.compile(r"\s*\(Triggered internally at [^)]*\)\.?\s*$")
+_REFUSALS = ("No available kernel", "No viable backend for scaled_dot_product_attention")
+
+
+def _refusal_reason(messages: list[str], backend: SDPBackend | None, error: str) -> str:
+    """torch's own sentences saying why ``backend`` refused, without the other backends' noise."""
+    lines = [_TRIGGERED.sub("", m).strip() for m in messages]
+    header = _REASON_HEADERS.get(backend) if backend is not None else None
+    picked: list[str] = []
+    if header is not None:
+        inside = False
+        for line in lines:
+            if line.startswith(header):
+                inside = True
+                continue
+            if inside and _ANY_HEADER.search(line):
+                break
+            if inside and line and "runtime disabled" not in line:
+                picked.append(line)
+    if not picked:
+        picked = [l for l in lines if l and not _ANY_HEADER.search(l) and "runtime disabled" not in l]
+    reason = " ".join(picked) if picked else error.strip()
+    name = backend.name if backend is not None else "default"
+    return f"torch SDPA backend {name} refused the case: {reason}"
+
+
+def _causal_blocked(T: int, S: int) -> np.ndarray:
+    """Top-left causal mask, True = blocked: query i may see keys j <= i."""
+    return np.triu(np.ones((T, S), dtype=bool), k=1)
+
+
+def attention_kwargs(case: Case, device: str) -> dict[str, Any]:
+    """The keyword arguments torch needs for ``case`` (see the module docstring for why)."""
+    mask = None if case.mask is None else np.asarray(case.mask, dtype=bool)
+    bias = None if case.bias is None else np.asarray(case.bias, dtype=np.float64)
+    is_causal = bool(case.is_causal)
+    if is_causal and (mask is not None or bias is not None):
+        causal = _causal_blocked(case.T, case.S)
+        mask = causal if mask is None else (mask | causal)
+        is_causal = False
+    attn_mask = None
+    if bias is not None:
+        if mask is not None:
+            bias = np.where(mask, -np.inf, bias)
+        bias_dtype = torch.float64 if case.dtype == "float64" else torch.float32
+        attn_mask = torch.from_numpy(np.ascontiguousarray(bias)).to(device=device, dtype=bias_dtype)
+    elif mask is not None:
+        attn_mask = torch.from_numpy(np.ascontiguousarray(~mask)).to(device)
+    kwargs: dict[str, Any] = {
+        "attn_mask": attn_mask,
+        "dropout_p": float(case.dropout_p),
+        "is_causal": is_causal,
+        "scale": case.scale,
+    }
+    if case.Hq != case.Hkv:
+        kwargs["enable_gqa"] = True
+    return kwargs
+
+
+class TorchSDPA:
+    """``F.scaled_dot_product_attention`` on one device, optionally forced to one backend."""
+
+    def __init__(
+        self,
+        name: str,
+        declaration: Declaration,
+        device: str = "cpu",
+        backend: SDPBackend | None = None,
+    ) -> None:
+        self.name = name
+        self.declaration = declaration
+        self.device = device
+        self.backend = backend
+        self._unavailable: str | None | bool = False  # False = not probed yet
+
+    def __repr__(self) -> str:
+        return f"TorchSDPA({self.name!r}, device={self.device!r}, backend={self.backend})"
+
+    # -- availability -------------------------------------------------------------------------
+    def unavailable_reason(self) -> str | None:
+        if self._unavailable is False:
+            self._unavailable = self._probe()
+        return self._unavailable  # type: ignore[return-value]
+
+    def _probe(self) -> str | None:
+        if self.device.startswith("cuda") and not torch.cuda.is_available():
+            return "no CUDA device: torch.cuda.is_available() is False"
+        if self.backend is None or self.backend == SDPBackend.MATH:
+            return None
+        # A tiny case every backend's filters accept (half precision, head dim 64, S > 1), so a
+        # refusal here means the backend itself is missing on this build/device, not this case.
+        dtype = torch.float16 if self.device.startswith("cuda") else torch.float32
+        q = torch.zeros(1, 1, 16, 64, dtype=dtype, device=self.device)
+        try:
+            self._run(q, q, q, {"attn_mask": None, "dropout_p": 0.0, "is_causal": False, "scale": None})
+        except NotApplicable as e:
+            return f"backend {self.backend.name} unusable on {self.device}: {e}"
+        return None
+
+    # -- running ------------------------------------------------------------------------------
+    def _context(self):
+        return nullcontext() if self.backend is None else sdpa_kernel(self.backend)
+
+    def _run(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kwargs: dict[str, Any]) -> torch.Tensor:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                with self._context():
+                    return F.scaled_dot_product_attention(q, k, v, **kwargs)
+            except RuntimeError as e:
+                if any(r in str(e) for r in _REFUSALS):
+                    messages = [str(w.message) for w in caught]
+                    raise NotApplicable(_refusal_reason(messages, self.backend, str(e))) from e
+                raise
+
+    def forward(self, case: Case) -> np.ndarray:
+        q, k, v = qkv(case, self.device)
+        kwargs = attention_kwargs(case, self.device)
+        torch.manual_seed(case.seed)
+        with torch.no_grad():
+            out = self._run(q, k, v, kwargs)
+        return to_numpy(out)
+
+    def vjp(self, case: Case, grad_out: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        q, k, v = qkv(case, self.device, requires_grad=True)
+        kwargs = attention_kwargs(case, self.device)
+        torch.manual_seed(case.seed)
+        with torch.enable_grad():
+            out = self._run(q, k, v, kwargs)
+            g = to_torch(grad_out, self.device).to(out.dtype)
+            with self._context():
+                dq, dk, dv = torch.autograd.grad(out, (q, k, v), grad_outputs=g)
+        return to_numpy(dq), to_numpy(dk), to_numpy(dv)
+
+
+_ALL = frozenset(TORCH_DTYPES)
+_HALF = frozenset({"float16", "bfloat16"})
+
+_CPU = Declaration(
+    dtypes=_ALL,
+    device="cpu",
+    grad=True,
+    dropout=True,
+    gqa=True,
+    bool_mask=True,
+    float_mask=True,
+    causal=True,
+    custom_scale=True,
+    causal_alignment="top-left",
+    all_blocked="zeros",
+    mask_sense="attend",
+    max_head_dim=None,
+    requires_dk_eq_dv=False,
+    deterministic=True,
+    batch_invariant=True,
+    returns_weights=False,
+    validates_inputs=False,
+    notes=(
+        "torch 2.13 CPU, backend chosen by torch (flash for most cases; math for dropout and "
+        "Dk != Dv). Measured: all-blocked rows (bool or all -inf float mask) -> zeros with finite "
+        "grads; is_causal top-left when T != S; GQA head h -> kv head h // (Hq/Hkv); bitwise "
+        "repeatable and batch invariant. Causal + mask is combined into one top-left mask by the "
+        "adapter (torch refuses both together). Masks of rank < 2 crash this path (IndexError)."
+    ),
+)
+
+cpu_default = TorchSDPA("torch-sdpa", _CPU)
+
+cpu_math = TorchSDPA(
+    "torch-sdpa-math",
+    _CPU.replace(
+        notes=(
+            "torch 2.13 CPU, SDPBackend.MATH forced. Measured like torch-sdpa: zeros for all-blocked "
+            "rows, top-left causal, GQA h // (Hq/Hkv), bitwise repeatable, batch invariant; accepts "
+            "dropout, Dk != Dv and masks of any broadcastable rank."
+        )
+    ),
+    backend=SDPBackend.MATH,
+)
+
+cpu_flash = TorchSDPA(
+    "torch-sdpa-flash",
+    _CPU.replace(
+        dropout=False,
+        requires_dk_eq_dv=True,
+        notes=(
+            "torch 2.13 CPU, SDPBackend.FLASH_ATTENTION forced. Measured: all four dtypes, bool and "
+            "float masks, GQA, head dims up to 1024; refuses dropout ('Both fused kernels do not "
+            "support non-zero dropout.') and Dk != Dv; refusals are raised as NotApplicable with "
+            "torch's reason. Zeros for all-blocked rows, top-left causal, repeatable, batch invariant."
+        ),
+    ),
+    backend=SDPBackend.FLASH_ATTENTION,
+)
+
+_CUDA_UNMEASURED = (
+    "NOT measured by the author (no CUDA device); declared from torch 2.13's sdp_utils.cpp backend "
+    "filters and re-checked by tests/test_adapter_declarations.py on a CUDA machine. "
+)
+
+_CUDA = _CPU.replace(
+    device="cuda",
+    deterministic=False,
+    batch_invariant=False,
+    notes=_CUDA_UNMEASURED + "Backend chosen by torch (cuDNN/flash/efficient/math by its priority order).",
+)
+
+cuda_default = TorchSDPA("torch-sdpa-cuda", _CUDA, device="cuda")
+
+cuda_math = TorchSDPA(
+    "torch-sdpa-cuda-math",
+    _CUDA.replace(notes=_CUDA_UNMEASURED + "SDPBackend.MATH forced: same composite code as the CPU math path."),
+    device="cuda",
+    backend=SDPBackend.MATH,
+)
+
+cuda_flash = TorchSDPA(
+    "torch-sdpa-cuda-flash",
+    _CUDA.replace(
+        dtypes=_HALF,
+        bool_mask=False,
+        float_mask=False,
+        max_head_dim=256,
+        requires_dk_eq_dv=True,
+        notes=_CUDA_UNMEASURED
+        + "SDPBackend.FLASH_ATTENTION forced: fp16/bf16 on sm80+, no attn_mask, Dk == Dv <= 256; "
+        "is_causal with T != S is refused (torch will not expose FlashAttention-2's bottom-right "
+        "alignment), so every causal case it runs is square and the alignment is moot.",
+    ),
+    device="cuda",
+    backend=SDPBackend.FLASH_ATTENTION,
+)
+
+cuda_efficient = TorchSDPA(
+    "torch-sdpa-cuda-efficient",
+    _CUDA.replace(
+        dtypes=frozenset({"float32", "float16", "bfloat16"}),
+        notes=_CUDA_UNMEASURED
+        + "SDPBackend.EFFICIENT_ATTENTION forced: fp16/fp32/bf16, bool and float masks, Dk == Dq, "
+        "head dims aligned to 4 (fp32) or 8 (half); causal uses the top-left mask type.",
+    ),
+    device="cuda",
+    backend=SDPBackend.EFFICIENT_ATTENTION,
+)
+
+cuda_cudnn = TorchSDPA(
+    "torch-sdpa-cuda-cudnn",
+    _CUDA.replace(
+        dtypes=_HALF,
+        max_head_dim=128,
+        notes=_CUDA_UNMEASURED
+        + "SDPBackend.CUDNN_ATTENTION forced: fp16/bf16 on sm80+, head dims multiple of 8 and <= 128 "
+        "(256 on sm90/sm100 with new cuDNN), S > 1, dropout only in multiples of 1/16; torch calls "
+        "it non-deterministic.",
+    ),
+    device="cuda",
+    backend=SDPBackend.CUDNN_ATTENTION,
+)
