@@ -48,7 +48,7 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 
-from conformance.contract import Case, Declaration, np_dtype
+from conformance.contract import Case, Declaration, NotApplicable, np_dtype
 
 __all__ = ["JaxAttention", "xla", "cudnn"]
 
@@ -122,6 +122,9 @@ class JaxAttention:
         return not (case.dtype == "float16" and jax.default_backend() == "cpu")
 
     def _args(self, case: Case) -> tuple[list[Any], dict[str, Any]]:
+        if case.dropout_p > 0:
+            # Ignoring dropout_p would return undropped attention as if it were the answer.
+            raise NotApplicable("jax.nn.dot_product_attention has no dropout argument")
         bias = None
         if case.bias is not None:
             bias_dtype = np.float64 if case.dtype == "float64" else np.float32
