@@ -1,0 +1,253 @@
+"""The adapter contract: the only thing a kernel author has to implement against.
+
+It is deliberately framework-neutral (NumPy arrays in, NumPy arrays out) and imports nothing else
+of this project, so that adapters depend on this module alone. The suite speaks ONE mask
+convention, the spec's (000_f3dcd408372d9e02.txt §8: "布尔 Mask 中 True 表示禁止注意"): in a
+``Case``, ``mask[...] == True`` means *blocked*. Translating that into a kernel's own sense
+(``F.scaled_dot_product_attention`` and ``jax.nn.dot_product_attention`` use True = may attend) is
+the adapter's job, and a wrong translation is exactly what the mask clauses catch.
+
+An adapter is any object with:
+
+    name: str
+    declaration: Declaration
+    def forward(self, case: Case) -> np.ndarray                      # [B, Hq, T, Dv], case dtype
+    def forward_with_weights(self, case) -> (out, weights)           # only if returns_weights
+    def vjp(self, case, grad_out) -> (dq, dk, dv)                    # only if grad
+
+The declaration says what the kernel supports and which conventions it follows; the suite selects
+clauses from it and tests every declared convention *as declared*.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Literal, Protocol, runtime_checkable
+
+import numpy as np
+
+try:  # bfloat16 has no NumPy dtype of its own; ml_dtypes provides the one JAX uses too.
+    import ml_dtypes
+
+    BFLOAT16: np.dtype | None = np.dtype(ml_dtypes.bfloat16)
+except ImportError:  # pragma: no cover - ml_dtypes is a hard dependency, kept soft for adapters
+    BFLOAT16 = None
+
+DTypeName = Literal["float64", "float32", "float16", "bfloat16"]
+DTYPES: tuple[str, ...] = ("float64", "float32", "float16", "bfloat16")
+LOW_PRECISION: frozenset[str] = frozenset({"float16", "bfloat16"})
+
+AllBlockedPolicy = Literal["zeros", "nan", "mean-v"]
+ALL_BLOCKED_POLICIES: tuple[str, ...] = ("zeros", "nan", "mean-v")
+CausalAlignment = Literal["top-left", "bottom-right"]
+CAUSAL_ALIGNMENTS: tuple[str, ...] = ("top-left", "bottom-right")
+MaskSense = Literal["blocked", "attend"]
+
+
+def np_dtype(name: str) -> np.dtype:
+    """The NumPy dtype that carries ``name`` across the adapter boundary."""
+    if name == "bfloat16":
+        if BFLOAT16 is None:  # pragma: no cover
+            raise RuntimeError("bfloat16 needs the ml_dtypes package")
+        return BFLOAT16
+    if name not in DTYPES:
+        raise ValueError(f"unknown dtype {name!r}; the contract knows {', '.join(DTYPES)}")
+    return np.dtype(name)
+
+
+def dtype_name(dtype: np.dtype) -> str:
+    """Inverse of :func:`np_dtype`; unknown dtypes are returned by their NumPy name."""
+    dtype = np.dtype(dtype)
+    if BFLOAT16 is not None and dtype == BFLOAT16:
+        return "bfloat16"
+    return dtype.name
+
+
+@dataclass(frozen=True, eq=False)
+class Case:
+    """One attention problem, in the spec's layout and mask convention.
+
+    query ``[B, Hq, T, Dk]``, key ``[B, Hkv, S, Dk]``, value ``[B, Hkv, S, Dv]``, all of one dtype
+    (the working dtype). ``mask`` is boolean, broadcastable to ``[B, Hq, T, S]``, True = blocked.
+    ``bias`` is the spec's additive mask M (float64 values, ``-inf`` allowed), broadcastable the
+    same way. ``scale=None`` means ``1/sqrt(Dk)``. ``seed`` seeds anything random in the kernel
+    (dropout). A Case is not validated on construction: the bad-input clauses build invalid ones on
+    purpose.
+    """
+
+    query: np.ndarray
+    key: np.ndarray
+    value: np.ndarray
+    mask: np.ndarray | None = None
+    bias: np.ndarray | None = None
+    is_causal: bool = False
+    scale: float | None = None
+    dropout_p: float = 0.0
+    seed: int = 0
+    label: str = ""
+
+    @property
+    def dtype(self) -> str:
+        return dtype_name(self.query.dtype)
+
+    @property
+    def B(self) -> int:
+        return self.query.shape[0]
+
+    @property
+    def Hq(self) -> int:
+        return self.query.shape[1]
+
+    @property
+    def Hkv(self) -> int:
+        return self.key.shape[1]
+
+    @property
+    def T(self) -> int:
+        return self.query.shape[2]
+
+    @property
+    def S(self) -> int:
+        return self.key.shape[2]
+
+    @property
+    def Dk(self) -> int:
+        return self.query.shape[3]
+
+    @property
+    def Dv(self) -> int:
+        return self.value.shape[3]
+
+    @property
+    def is_gqa(self) -> bool:
+        return self.Hq != self.Hkv
+
+    @property
+    def effective_scale(self) -> float:
+        return 1.0 / math.sqrt(self.Dk) if self.scale is None else float(self.scale)
+
+    @property
+    def out_shape(self) -> tuple[int, int, int, int]:
+        return (self.B, self.Hq, self.T, self.Dv)
+
+    @property
+    def weights_shape(self) -> tuple[int, int, int, int]:
+        return (self.B, self.Hq, self.T, self.S)
+
+    def replace(self, **changes) -> "Case":
+        return dataclasses.replace(self, **changes)
+
+    def describe(self) -> str:
+        """One line a person can read in a failure report."""
+        parts = [
+            f"q{list(self.query.shape)} k{list(self.key.shape)} v{list(self.value.shape)}",
+            f"dtype={self.dtype}",
+        ]
+        if self.mask is not None:
+            m = np.asarray(self.mask)
+            parts.append(f"mask{list(m.shape)}(True=blocked, {int(m.sum())} blocked)")
+        if self.bias is not None:
+            parts.append(f"bias{list(np.shape(self.bias))}")
+        if self.is_causal:
+            parts.append("is_causal=True")
+        if self.scale is not None:
+            parts.append(f"scale={self.scale:g}")
+        if self.dropout_p:
+            parts.append(f"dropout_p={self.dropout_p:g}")
+        parts.append(f"seed={self.seed}")
+        if self.label:
+            parts.append(f"[{self.label}]")
+        return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """What a kernel supports and which conventions it follows.
+
+    Every field is a claim the suite tests: features marked unsupported make the clauses that need
+    them *not applicable* (reported with the reason); conventions select which oracle the output is
+    compared with. Defaults describe the spec's own kernel (000_f3dcd408372d9e02.txt §8).
+    """
+
+    dtypes: frozenset[str] = frozenset(DTYPES)
+    device: str = "cpu"
+    grad: bool = False
+    dropout: bool = False
+    gqa: bool = False
+    bool_mask: bool = True
+    float_mask: bool = False
+    causal: bool = True
+    custom_scale: bool = True
+    causal_alignment: CausalAlignment = "top-left"
+    all_blocked: AllBlockedPolicy = "zeros"
+    mask_sense: MaskSense = "blocked"
+    max_head_dim: int | None = None
+    requires_dk_eq_dv: bool = False
+    deterministic: bool = True
+    batch_invariant: bool = False
+    returns_weights: bool = False
+    validates_inputs: bool = False
+    notes: str = ""
+
+    def __post_init__(self) -> None:
+        unknown = set(self.dtypes) - set(DTYPES)
+        if unknown:
+            raise ValueError(f"unknown dtypes {sorted(unknown)}; known: {', '.join(DTYPES)}")
+        if self.all_blocked not in ALL_BLOCKED_POLICIES:
+            raise ValueError(f"all_blocked={self.all_blocked!r}; one of {ALL_BLOCKED_POLICIES}")
+        if self.causal_alignment not in CAUSAL_ALIGNMENTS:
+            raise ValueError(f"causal_alignment={self.causal_alignment!r}; one of {CAUSAL_ALIGNMENTS}")
+        if self.mask_sense not in ("blocked", "attend"):
+            raise ValueError(f"mask_sense={self.mask_sense!r}; 'blocked' or 'attend'")
+
+    def replace(self, **changes) -> "Declaration":
+        return dataclasses.replace(self, **changes)
+
+    def as_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["dtypes"] = sorted(self.dtypes, key=DTYPES.index)
+        return d
+
+    def not_supported_reasons(self, case: Case) -> list[str]:
+        """Sentences saying why this kernel cannot run ``case``; empty when it can."""
+        reasons = []
+        if case.dtype not in self.dtypes:
+            reasons.append(f"declares dtypes {sorted(self.dtypes)}, not {case.dtype}")
+        if case.is_gqa and not self.gqa:
+            reasons.append(f"declares no GQA support (Hq={case.Hq} != Hkv={case.Hkv})")
+        if case.mask is not None and not self.bool_mask:
+            reasons.append("declares no boolean mask support")
+        if case.bias is not None and not self.float_mask:
+            reasons.append("declares no additive float mask support")
+        if case.is_causal and not self.causal:
+            reasons.append("declares no is_causal support")
+        if case.scale is not None and not self.custom_scale:
+            reasons.append("declares no custom scale support")
+        if case.dropout_p > 0 and not self.dropout:
+            reasons.append("declares no dropout support")
+        if self.max_head_dim is not None and max(case.Dk, case.Dv) > self.max_head_dim:
+            reasons.append(f"declares max head dim {self.max_head_dim}, case has Dk={case.Dk}, Dv={case.Dv}")
+        if self.requires_dk_eq_dv and case.Dk != case.Dv:
+            reasons.append(f"declares Dk == Dv required, case has Dk={case.Dk}, Dv={case.Dv}")
+        return reasons
+
+
+@runtime_checkable
+class Adapter(Protocol):
+    """The protocol every kernel adapter satisfies (see the module docstring)."""
+
+    name: str
+    declaration: Declaration
+
+    def forward(self, case: Case) -> np.ndarray: ...
+
+
+class NotApplicable(Exception):
+    """Raised by an adapter when its kernel refuses a case for a documented, legitimate reason.
+
+    The suite reports the clause as not applicable with this message (e.g. torch's own reason why a
+    forced backend cannot take the inputs), never as a pass.
+    """
+
