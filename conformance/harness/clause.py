@@ -1,0 +1,100 @@
+"""Clause metadata: the link from an executable check back to the spec sentence it enforces.
+
+A clause is a plain function ``check(impl, ...)`` decorated with :func:`clause`. The decorator only
+records metadata (id, source sentence, what the clause requires of a kernel, and which mutant
+kernels it kills) in a global catalog; the pytest plugin turns each clause into tests, the catalog
+generator renders it for users, and the self-tests run every clause against every mutant it claims
+to kill. Keeping the claims as data is what makes "a clause no mutant can fail" detectable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+SEEDS = {
+    "000": "000_f3dcd408372d9e02.txt",
+    "003": "003_648455d5abd16778.txt",
+}
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a clause comes from: a seed article section and the sentence itself (verbatim)."""
+
+    seed: str  # "000" or "003", see SEEDS
+    section: str
+    sentence: str
+
+    @property
+    def file(self) -> str:
+        return SEEDS.get(self.seed, self.seed)
+
+    def cite(self) -> str:
+        return f"{self.file} {self.section}: \u201c{self.sentence}\u201d"
+
+
+@dataclass(frozen=True)
+class ClauseInfo:
+    id: str
+    title: str
+    source: Source
+    requires: tuple[str, ...]  # Declaration fields that must be truthy for the clause to apply
+    dtypes: tuple[str, ...] | None  # parametrise over these dtypes (None: the clause picks)
+    kills: tuple[str, ...]  # mutant names, optionally "name@dtype"
+    fpr: str | None  # stated false-positive rate for statistical clauses
+    tolerance: str | None  # the tolerance rule, in words, when it is not the default one
+    func: Callable = field(compare=False, repr=False)
+
+    @property
+    def module(self) -> str:
+        return self.func.__module__
+
+
+CATALOG: dict[str, ClauseInfo] = {}
+
+
+def clause(
+    id: str,
+    title: str,
+    source: Source,
+    *,
+    kills: tuple[str, ...] | list[str],
+    requires: tuple[str, ...] | list[str] = (),
+    dtypes: tuple[str, ...] | list[str] | None = None,
+    fpr: str | None = None,
+    tolerance: str | None = None,
+) -> Callable[[Callable], Callable]:
+    """Register ``func`` as clause ``id``. ``kills`` must name at least one mutant."""
+    if not kills:
+        raise ValueError(f"clause {id} names no mutant that it kills: a clause that cannot fail is a defect")
+
+    def register(func: Callable) -> Callable:
+        if id in CATALOG and CATALOG[id].func.__qualname__ != func.__qualname__:
+            raise ValueError(f"duplicate clause id {id}")
+        info = ClauseInfo(
+            id=id,
+            title=title,
+            source=source,
+            requires=tuple(requires),
+            dtypes=None if dtypes is None else tuple(dtypes),
+            kills=tuple(kills),
+            fpr=fpr,
+            tolerance=tolerance,
+            func=func,
+        )
+        CATALOG[id] = info
+        func.clause_info = info  # type: ignore[attr-defined]
+        return func
+
+    return register
+
+
+def info_of(func: Callable) -> ClauseInfo | None:
+    func = getattr(func, "hypothesis_inner_test", func)
+    while func is not None:
+        info = getattr(func, "clause_info", None)
+        if info is not None:
+            return info
+        func = getattr(func, "__wrapped__", None)
+    return None

@@ -1,0 +1,150 @@
+"""The guarded call: every clause reaches the kernel through :class:`Impl`, never directly.
+
+A conformance suite meets broken kernels by design, so a broken kernel must produce a failure of
+the clause that was running, with a specific message, and the rest of the suite must go on. Each
+call here therefore: refuses cases the declaration rules out (as *not applicable*, with the reason);
+runs the adapter under a per-call timeout; turns an exception into a failure naming the exception;
+checks the result's type, shape and dtype; and checks that the inputs were not modified and that
+the result is not a view of them.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+from conformance.contract import Case, Declaration, NotApplicable, np_dtype
+from conformance.harness.report import AdapterError
+
+DEFAULT_TIMEOUT = 120.0
+
+
+def _call_with_timeout(fn: Callable[[], Any], timeout: float, what: str) -> Any:
+    """Run ``fn`` in a daemon thread; a hang becomes a failure instead of a stuck suite.
+
+    Python cannot kill a thread: a hung kernel keeps its thread (and a core) until the process
+    ends, but the suite reports it and moves on, which is the property that matters.
+    """
+    if not timeout or timeout <= 0:
+        return fn()
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            box["error"] = exc
+
+    worker = threading.Thread(target=run, name=f"sdpa-conformance {what}", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        raise AdapterError(f"{what} did not return within {timeout:g} s (--call-timeout); the call was abandoned")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+@dataclass
+class Impl:
+    """An adapter under test, with the guards described in the module docstring."""
+
+    adapter: Any
+    spec: str = ""
+    timeout: float = DEFAULT_TIMEOUT
+    overrides: dict[str, Any] = field(default_factory=dict)
+    calls: int = 0
+
+    @property
+    def name(self) -> str:
+        return str(getattr(self.adapter, "name", self.spec or type(self.adapter).__name__))
+
+    @property
+    def declaration(self) -> Declaration:
+        return self.adapter.declaration
+
+    # -- applicability -------------------------------------------------------------------------
+    def not_applicable(self, reason: str) -> None:
+        pytest.skip(f"not applicable to {self.name}: {reason}")
+
+    def require(self, case: Case) -> None:
+        reasons = self.declaration.not_supported_reasons(case)
+        if reasons:
+            self.not_applicable("; ".join(reasons))
+
+    def supports(self, case: Case) -> bool:
+        return not self.declaration.not_supported_reasons(case)
+
+    # -- guarded calls -------------------------------------------------------------------------
+    def _guarded(self, case: Case, what: str, fn: Callable[[], Any], extra_inputs: tuple = ()) -> Any:
+        inputs = [("query", case.query), ("key", case.key), ("value", case.value)]
+        if case.mask is not None:
+            inputs.append(("mask", case.mask))
+        if case.bias is not None:
+            inputs.append(("bias", case.bias))
+        inputs.extend(extra_inputs)
+        snapshots = [(n, np.array(a, copy=True)) for n, a in inputs]
+        self.calls += 1
+        try:
+            result = _call_with_timeout(fn, self.timeout, f"{self.name}.{what}")
+        except NotApplicable as exc:
+            self.not_applicable(f"the kernel refused the case: {exc}")
+        except AdapterError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any kernel error is a finding, not a crash
+            raise AdapterError(f"{self.name}.{what} raised {type(exc).__name__}: {exc}", case) from exc
+        for (name, before), (_, now) in zip(snapshots, inputs):
+            same = np.array_equal(before, np.asarray(now), equal_nan=before.dtype.kind == "f")
+            if not same:
+                raise AdapterError(f"{self.name}.{what} modified its input {name!r} in place", case)
+        return result, [a for _, a in inputs]
+
+    def _check_array(self, arr: Any, what: str, shape: tuple, case: Case, inputs: list) -> np.ndarray:
+        if not isinstance(arr, np.ndarray):
+            raise AdapterError(f"{self.name}: {what} is {type(arr).__name__}, but should be numpy.ndarray", case)
+        if arr.shape != tuple(shape):
+            raise AdapterError(f"{self.name}: {what}.shape={arr.shape}, but should be {tuple(shape)}", case)
+        want = np_dtype(case.dtype)
+        if arr.dtype != want:
+            raise AdapterError(
+                f"{self.name}: {what}.dtype={arr.dtype}, but should be {want} (the input dtype)", case
+            )
+        for a in inputs:
+            if np.shares_memory(arr, a):
+                raise AdapterError(f"{self.name}: {what} shares memory with an input (a view, not a result)", case)
+        return arr
+
+    def forward(self, case: Case) -> np.ndarray:
+        """The kernel's output for ``case``; not-applicable cases skip with the declared reason."""
+        self.require(case)
+        out, inputs = self._guarded(case, "forward", lambda: self.adapter.forward(case))
+        return self._check_array(out, "output", case.out_shape, case, inputs)
+
+    def forward_with_weights(self, case: Case) -> tuple[np.ndarray, np.ndarray]:
+        self.require(case)
+        if not self.declaration.returns_weights:
+            self.not_applicable("declares returns_weights=False")
+        res, inputs = self._guarded(case, "forward_with_weights", lambda: self.adapter.forward_with_weights(case))
+        if not (isinstance(res, tuple) and len(res) == 2):
+            raise AdapterError(f"{self.name}.forward_with_weights returned {type(res).__name__}, not (out, weights)", case)
+        out = self._check_array(res[0], "output", case.out_shape, case, inputs)
+        w = self._check_array(res[1], "weights", case.weights_shape, case, inputs)
+        return out, w
+
+    def vjp(self, case: Case, grad_out: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        self.require(case)
+        if not self.declaration.grad:
+            self.not_applicable("declares grad=False")
+        res, inputs = self._guarded(
+            case, "vjp", lambda: self.adapter.vjp(case, grad_out), extra_inputs=(("grad_out", grad_out),)
+        )
+        if not (isinstance(res, tuple) and len(res) == 3):
+            raise AdapterError(f"{self.name}.vjp returned {type(res).__name__}, not (dq, dk, dv)", case)
+        shapes = (case.query.shape, case.key.shape, case.value.shape)
+        return tuple(  # type: ignore[return-value]
+            self._check_array(g, n, s, case, inputs) for g, n, s in zip(res, ("dq", "dk", "dv"), shapes)
+        )

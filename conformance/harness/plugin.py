@@ -1,0 +1,260 @@
+"""The pytest plugin (entry point ``pytest11: sdpa_conformance``).
+
+It adds ``--impl`` and friends, turns every clause function into one test per (adapter, dtype),
+reports clauses a kernel's declaration rules out as *not applicable* with the reason, and wraps
+each clause failure with the clause id, the spec sentence and a command that reproduces it.
+Loaded for every pytest run in an environment where the package is installed, so it imports
+nothing heavy at module level and does nothing for tests that are not clauses.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance.harness.clause import info_of
+
+_STATE = pytest.StashKey["State"]()
+HYPOTHESIS_PROFILES = ("ci", "thorough")
+
+
+@dataclass
+class State:
+    specs: list[str]
+    explicit: bool
+    declare: list[str]
+    overrides: dict[str, Any]
+    timeout: float
+    profile: str
+    resolved: dict[str, Any] = field(default_factory=dict)
+    impls: dict[str, Any] = field(default_factory=dict)
+    results: list[dict] = field(default_factory=list)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("sdpa-conformance", "SDPA conformance suite")
+    group.addoption(
+        "--impl",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="kernel to certify: a built-in name (numpy, torch-eager, torch-sdpa, jax, ...), "
+        "module:attr (adapter object or class), or module:function (torch SDPA signature). "
+        "Repeatable or comma-separated. Default: every built-in adapter importable here.",
+    )
+    group.addoption(
+        "--declare",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a declaration field of the kernel under test, e.g. grad=false, "
+        "dtypes=float32,float64, all_blocked=nan, causal_alignment=bottom-right. Repeatable.",
+    )
+    group.addoption("--impl-list", action="store_true", help="list available adapters and their declarations, then exit")
+    group.addoption(
+        "--conformance-profile",
+        choices=HYPOTHESIS_PROFILES,
+        default=os.environ.get("SDPA_CONFORMANCE_PROFILE", "ci"),
+        help="hypothesis profile: ci (fast, derandomized) or thorough (many more examples, random seeds)",
+    )
+    group.addoption(
+        "--call-timeout",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="a single kernel call that takes longer fails its clause (0 disables the guard)",
+    )
+
+
+def _state(config: pytest.Config) -> State:
+    return config.stash[_STATE]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from conformance.harness import registry, strategies
+
+    strategies.register_profiles()
+    profile = config.getoption("conformance_profile")
+    strategies.load_profile(profile)
+    specs = [s.strip() for opt in config.getoption("impl") for s in opt.split(",") if s.strip()]
+    declare = config.getoption("declare")
+    if declare and not specs:
+        raise pytest.UsageError("--declare needs --impl: a declaration describes one kernel, not every built-in")
+    try:
+        overrides = registry.parse_declare(declare)
+    except registry.ImplSpecError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    explicit = bool(specs)
+    if not specs:
+        specs = list(registry.builtin_names())
+    state = State(specs, explicit, declare, overrides, config.getoption("call_timeout"), profile)
+    config.stash[_STATE] = state
+    if config.getoption("impl_list"):
+        return
+    for spec in specs:
+        try:
+            state.resolved[spec] = registry.resolve(spec, overrides if explicit else None)
+        except registry.ImplSpecError as exc:
+            raise pytest.UsageError(str(exc)) from None
+
+
+def pytest_cmdline_main(config: pytest.Config) -> int | None:
+    if not config.getoption("impl_list"):
+        return None
+    from conformance.harness import registry
+
+    config._do_configure()
+    try:
+        names = registry.known_names()
+        for name, target in sorted(names.items()):
+            try:
+                res = registry.resolve(name)
+            except registry.ImplSpecError as exc:
+                print(f"{name:28s} ERROR {exc}")
+                continue
+            status = "available" if res.adapter is not None and not res.reason else f"unavailable: {res.reason}"
+            print(f"{name:28s} {target}  [{status}]")
+            if res.adapter is not None:
+                for key, value in res.adapter.declaration.as_dict().items():
+                    print(f"    {key:18s} {value}")
+    finally:
+        config._ensure_unconfigure()
+    return 0
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    state = config.stash.get(_STATE, None)
+    if state is None or not state.resolved:
+        return []
+    lines = [f"sdpa-conformance: hypothesis profile {state.profile}; call timeout {state.timeout:g}s"]
+    for spec, res in state.resolved.items():
+        if res.adapter is None or res.reason:
+            lines.append(f"  {spec}: unavailable here ({res.reason})")
+        else:
+            d = res.adapter.declaration
+            lines.append(
+                f"  {spec}: dtypes={','.join(sorted(d.dtypes))} grad={d.grad} dropout={d.dropout} gqa={d.gqa} "
+                f"all_blocked={d.all_blocked} causal_alignment={d.causal_alignment} device={d.device}"
+            )
+    if state.declare:
+        lines.append(f"  --declare overrides: {' '.join(state.declare)}")
+    return lines
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    info = info_of(metafunc.function)
+    if info is None:
+        return
+    state = _state(metafunc.config)
+    if "impl" in metafunc.fixturenames:
+        metafunc.parametrize("impl", state.specs, indirect=True, ids=state.specs)
+    if "dtype" in metafunc.fixturenames:
+        from conformance.contract import DTYPES
+
+        metafunc.parametrize("dtype", list(info.dtypes or DTYPES))
+
+
+def _requirement_met(decl: Any, req: str) -> tuple[bool, str]:
+    key, sep, want = req.partition("=")
+    have = getattr(decl, key)
+    if sep:
+        return str(have) == want, f"declares {key}={have}, this clause checks {key}={want}"
+    return bool(have), f"declares {key}={have}"
+
+
+@pytest.fixture
+def impl(request: pytest.FixtureRequest):
+    """The kernel under test for this clause test, guarded (see conformance.harness.impl)."""
+    from conformance.harness.impl import Impl
+
+    state = _state(request.config)
+    spec = request.param
+    res = state.resolved[spec]
+    if res.adapter is None or res.reason:
+        pytest.skip(f"{spec} is unavailable here: {res.reason}")
+    if spec not in state.impls:
+        state.impls[spec] = Impl(res.adapter, spec=spec, timeout=state.timeout)
+    handle = state.impls[spec]
+    info = info_of(request.function)
+    decl = handle.declaration
+    for req in info.requires if info else ():
+        ok, why = _requirement_met(decl, req)
+        if not ok:
+            pytest.skip(f"not applicable to {handle.name}: {why}")
+    callspec = getattr(request.node, "callspec", None)
+    dtype = callspec.params.get("dtype") if callspec else None
+    if dtype is not None and dtype not in decl.dtypes:
+        pytest.skip(f"not applicable to {handle.name}: declares dtypes {sorted(decl.dtypes)}, not {dtype}")
+    return handle
+
+
+def reproduce_command(item: pytest.Item) -> str:
+    state = _state(item.config)
+    path = Path(str(item.path))
+    try:
+        shown = path.relative_to(Path(item.config.invocation_params.dir))
+    except ValueError:
+        shown = path
+    cmd = ["pytest", f"{shown}::{item.name}"]
+    spec = getattr(item, "callspec", None) and item.callspec.params.get("impl")
+    if spec:
+        cmd.append(f"--impl={spec}")
+    cmd += [f"--declare={d}" for d in state.declare]
+    if state.profile != "ci":
+        cmd.append(f"--conformance-profile={state.profile}")
+    return " ".join(shlex.quote(c) for c in cmd)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    rep = yield
+    info = info_of(getattr(item, "function", None)) if hasattr(item, "function") else None
+    if info is None:
+        return rep
+    callspec = getattr(item, "callspec", None)
+    params = callspec.params if callspec else {}
+    if rep.when == "call" or (rep.when == "setup" and rep.outcome != "passed"):
+        outcome = rep.outcome
+        reason = ""
+        if rep.skipped and isinstance(rep.longrepr, tuple):
+            reason = str(rep.longrepr[2]).removeprefix("Skipped: ")
+            outcome = "not applicable" if "not applicable" in reason else "skipped"
+        _state(item.config).results.append(
+            dict(clause=info.id, impl=params.get("impl"), dtype=params.get("dtype"), outcome=outcome,
+                 reason=reason, nodeid=item.nodeid, duration=rep.duration)
+        )
+    if rep.failed:
+        text = (
+            f"clause {info.id}: {info.title}\n"
+            f"spec: {info.source.cite()}\n"
+            + (f"tolerance: {info.tolerance}\n" if info.tolerance else "")
+            + (f"false-positive rate: {info.fpr}\n" if info.fpr else "")
+            + f"reproduce: {reproduce_command(item)}"
+        )
+        rep.sections.insert(0, ("sdpa-conformance", text))
+    return rep
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    state = config.stash.get(_STATE, None)
+    if state is None or not state.results:
+        return
+    tr = terminalreporter
+    tr.section("sdpa-conformance summary")
+    by_impl: dict[str, dict[str, int]] = {}
+    for r in state.results:
+        counts = by_impl.setdefault(str(r["impl"]), {})
+        counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
+    for spec, counts in by_impl.items():
+        parts = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+        verdict = "CONFORMS" if not counts.get("failed") and counts.get("passed") else (
+            "DOES NOT CONFORM" if counts.get("failed") else "NOT RUN")
+        tr.write_line(f"{spec}: {verdict} ({parts})")
+    failed = sorted({(r["impl"], r["clause"]) for r in state.results if r["outcome"] == "failed"})
+    if failed:
+        tr.write_line("failed clauses: " + ", ".join(f"{c} [{i}]" for i, c in failed))

@@ -1,0 +1,71 @@
+"""Observing attention weights through the output alone.
+
+Fused kernels (SDPA, FlashAttention, cuDNN) return no weights, yet the weight clauses (shape, row
+sums, masking, all-blocked rows) must hold for them. Feeding ``V = I`` makes the output *be* the
+weights: ``out[..., t, :] = sum_j w[t, j] e_j = w[t, :]``. Each output element is a single product
+``w * 1`` plus exact zeros, so the only error the probe adds is the final rounding to the working
+dtype. V is widened with zero columns to a multiple of 8 because several fused kernels accept only
+such head dims; those columns must come back as zeros too, and are checked.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from conformance.contract import Case, np_dtype
+from conformance.harness.impl import Impl
+from conformance.harness.report import ClauseViolation
+
+
+def identity_value(case: Case) -> np.ndarray:
+    S = case.S
+    width = max(8, -(-S // 8) * 8)
+    eye = np.zeros((S, width))
+    eye[np.arange(S), np.arange(S)] = 1.0
+    v = np.broadcast_to(eye, (case.B, case.Hkv, S, width))
+    return np.ascontiguousarray(v).astype(np_dtype(case.dtype))
+
+
+def probe_case(case: Case, square: bool = False) -> Case:
+    """``case`` with V replaced by the (widened) identity.
+
+    ``square`` serves kernels that require Dk == Dv: Q and K are widened with zero columns (which
+    leave every q.k unchanged) and the original 1/sqrt(Dk) is passed as an explicit scale.
+    """
+    v = identity_value(case)
+    changes: dict = {"value": v, "label": (case.label + " V=I probe").strip()}
+    width = v.shape[-1]
+    if square and case.Dk != width:
+        if case.Dk > width:
+            v = np.zeros(v.shape[:-1] + (case.Dk,), dtype=v.dtype)
+            v[..., : width] = identity_value(case)
+            changes["value"] = v
+        else:
+            pad = [(0, 0)] * 3 + [(0, width - case.Dk)]
+            changes["query"] = np.pad(case.query, pad)
+            changes["key"] = np.pad(case.key, pad)
+            changes["scale"] = case.effective_scale
+    return case.replace(**changes)
+
+
+def observe_weights(impl: Impl, case: Case) -> np.ndarray:
+    """The kernel's attention weights for ``case`` as float64 ``[B, Hq, T, S]``.
+
+    Uses the kernel's own weights when it declares it returns them, and the ``V = I`` probe
+    otherwise. A probe output whose padding columns are not zero is itself a violation (the kernel
+    mixed value columns), reported as such.
+    """
+    if impl.declaration.returns_weights:
+        _, w = impl.forward_with_weights(case)
+        return np.asarray(w, dtype=np.float64)
+    probe = probe_case(case, square=impl.declaration.requires_dk_eq_dv)
+    out = np.asarray(impl.forward(probe), dtype=np.float64)
+    S = case.S
+    pad = out[..., S:]
+    if np.any(np.nan_to_num(pad, nan=0.0) != 0):
+        raise ClauseViolation(
+            "with V = identity (zero-padded), output columns beyond S must be 0, "
+            f"got max |out[..., S:]| = {np.nanmax(np.abs(pad)):.3g}",
+            probe,
+        )
+    return out[..., :S]

@@ -1,0 +1,81 @@
+"""Failure messages: one format for every clause, so a failure reads the same everywhere.
+
+The clause reports *what* it measured; the pytest plugin adds the clause id, the spec sentence and
+the reproduce command around it. A message always carries the case (shapes, dtype, seed), the
+measured and the allowed error, and where the worst element is.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from conformance.contract import Case
+
+
+class ClauseViolation(AssertionError):
+    """A kernel did not do what a clause requires. ``case`` is the input that shows it."""
+
+    def __init__(self, message: str, case: Case | None = None):
+        self.case = case
+        text = message if case is None else f"{message}\n  case: {case.describe()}"
+        super().__init__(text)
+
+
+class AdapterError(ClauseViolation):
+    """The adapter misbehaved (raised, hung, returned garbage, touched its inputs)."""
+
+
+def fail(message: str, case: Case | None = None) -> None:
+    raise ClauseViolation(message, case)
+
+
+def check(condition: bool, message: str, case: Case | None = None) -> None:
+    if not condition:
+        raise ClauseViolation(message, case)
+
+
+def _fmt_index(idx: tuple[int, ...]) -> str:
+    return "[" + ",".join(str(int(i)) for i in idx) + "]"
+
+
+def mismatch_report(
+    what: str,
+    actual: np.ndarray,
+    expected: np.ndarray,
+    allowed: np.ndarray,
+    rule: str,
+) -> str | None:
+    """None when every |actual - expected| <= allowed (NaN matches NaN); else a readable report.
+
+    The report counts mismatches, and gives the worst absolute and relative error with its index,
+    the values there, and the allowance there: enough to tell a rounding slip from a wrong formula.
+    """
+    a = np.asarray(actual, dtype=np.float64)
+    e = np.asarray(expected, dtype=np.float64)
+    allowed = np.broadcast_to(np.asarray(allowed, dtype=np.float64), e.shape)
+    if a.shape != e.shape:
+        return f"{what}.shape={a.shape}, but should be {e.shape}"
+    both_nan = np.isnan(a) & np.isnan(e)
+    with np.errstate(invalid="ignore", over="ignore"):
+        err = np.abs(a - e)
+        err = np.where(both_nan, 0.0, err)
+        err = np.where(np.isnan(err), np.inf, err)  # NaN on one side only is an infinite error
+        bad = err > allowed
+        if not bad.any():
+            return None
+        rel = err / np.maximum(np.abs(e), np.finfo(np.float64).tiny)
+    n_bad = int(bad.sum())
+    worst = np.unravel_index(int(np.argmax(np.where(bad, err / np.maximum(allowed, 1e-300), -1))), e.shape)
+    worst_abs = np.unravel_index(int(np.argmax(err)), e.shape)
+    lines = [
+        f"{what}: {n_bad} of {e.size} elements ({100.0 * n_bad / e.size:.3g}%) exceed the allowed error",
+        f"  worst (by ratio) at {_fmt_index(worst)}: got {float(a[worst])!r}, expected {float(e[worst])!r}, "
+        f"|err|={err[worst]:.3g} > allowed {allowed[worst]:.3g}",
+        f"  greatest absolute error {float(err[worst_abs]):.3g} at {_fmt_index(worst_abs)}; "
+        f"greatest relative error {float(np.max(np.where(np.isfinite(rel), rel, np.inf))):.3g}",
+    ]
+    n_nan = int((np.isnan(a) & ~np.isnan(e)).sum())
+    if n_nan:
+        lines.append(f"  {n_nan} NaN where a number was expected")
+    lines.append(f"  rule: {rule}")
+    return "\n".join(lines)
