@@ -1,0 +1,21 @@
+"""Adapters: one module per kernel, each importing only ``conformance.contract`` and its framework.
+
+``BUILTINS`` maps the names accepted by ``--impl`` to ``module:attr`` of an adapter factory. Modules
+are imported lazily, so a missing framework makes only its own adapters unavailable (reported as a
+skip with the import error), never the suite.
+"""
+
+BUILTINS: dict[str, str] = {
+    "numpy": "implementations.numpy_kernel:NumpyAdapter",
+    "torch-eager": "implementations.torch_eager:TorchEagerAdapter",
+    "torch-sdpa": "implementations.torch_sdpa:cpu_default",
+    "torch-sdpa-math": "implementations.torch_sdpa:cpu_math",
+    "torch-sdpa-flash": "implementations.torch_sdpa:cpu_flash",
+    "torch-sdpa-cuda": "implementations.torch_sdpa:cuda_default",
+    "torch-sdpa-cuda-flash": "implementations.torch_sdpa:cuda_flash",
+    "torch-sdpa-cuda-efficient": "implementations.torch_sdpa:cuda_efficient",
+    "torch-sdpa-cuda-cudnn": "implementations.torch_sdpa:cuda_cudnn",
+    "torch-sdpa-cuda-math": "implementations.torch_sdpa:cuda_math",
+    "jax": "implementations.jax_attention:xla",
+    "jax-cudnn": "implementations.jax_attention:cudnn",
+}

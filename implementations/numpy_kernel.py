@@ -1,0 +1,179 @@
+"""A NumPy kernel, written independently of the oracle, as the embedded default adapter.
+
+It is the shape of a production kernel rather than of the formula: keys are processed in tiles with
+an online (running max, running sum) softmax, low-precision inputs are upcast to float32 before the
+QK^T product (000_f3dcd408372d9e02.txt §8, "先提高精度，再做点积"), probabilities are formed in the
+working precision, and each (batch, head) slice is computed on its own so that an item's result
+never depends on the rest of the batch. Its backward recomputes the probabilities (as
+FlashAttention does) instead of storing them. Because it shares no code with
+``conformance.oracle``, agreement between the two is evidence about both.
+
+Conventions: boolean mask True = blocked (the suite's own); all-blocked rows give zero weights,
+zero output and zero gradients; ``is_causal`` aligned top-left (configurable); GQA head h reads kv
+head h // (Hq // Hkv); dropout keeps each weight with probability 1 - p from a generator seeded by
+``case.seed`` and scales kept weights by 1 / (1 - p).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from conformance.contract import Case, Declaration, np_dtype
+
+TILE = 16
+
+
+def _validate(case: Case) -> None:
+    q, k, v = case.query, case.key, case.value
+    if any(np.ndim(x) != 4 for x in (q, k, v)):
+        raise ValueError("query, key and value must be 4-D [B, H, L, D]")
+    floats = {np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64), np_dtype("bfloat16")}
+    if any(np.asarray(x).dtype not in floats for x in (q, k, v)):
+        raise TypeError("query, key and value must be floating point")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"query, key, value dtypes differ: {q.dtype}, {k.dtype}, {v.dtype}")
+    B, Hq, T, Dk = q.shape
+    if k.shape[0] != B or v.shape[0] != B or k.shape[1] != v.shape[1]:
+        raise ValueError("batch and kv-head dims of query, key, value must match")
+    if Hq % k.shape[1]:
+        raise ValueError(f"query heads {Hq} must be a multiple of kv heads {k.shape[1]}")
+    if k.shape[3] != Dk or k.shape[2] != v.shape[2]:
+        raise ValueError("key feature dim must equal query's, and key/value lengths must match")
+    if min(*q.shape, *k.shape, *v.shape) <= 0:
+        raise ValueError("every dimension must be positive")
+    if not 0.0 <= case.dropout_p <= 1.0:
+        raise ValueError("dropout_p must lie in [0, 1]")
+
+
+class NumpyAdapter:
+    name = "numpy"
+
+    def __init__(self, causal_alignment: str = "top-left", tile: int = TILE):
+        self.tile = tile
+        self.declaration = Declaration(
+            grad=True,
+            dropout=True,
+            gqa=True,
+            bool_mask=True,
+            float_mask=True,
+            causal=True,
+            custom_scale=True,
+            causal_alignment=causal_alignment,
+            all_blocked="zeros",
+            mask_sense="blocked",
+            deterministic=True,
+            batch_invariant=True,
+            returns_weights=True,
+            validates_inputs=True,
+            notes="tiled online-softmax NumPy kernel; float32 compute for float32/float16/bfloat16",
+        )
+
+    # -- pieces ----------------------------------------------------------------------------------
+    @staticmethod
+    def _work(case: Case):
+        return np.float64 if case.dtype == "float64" else np.float32
+
+    def _additive(self, case: Case, b: int, h: int) -> np.ndarray:
+        """[T, S] additive term for one (batch, head): bias, and -inf where blocked."""
+        work = self._work(case)
+        add = np.zeros((case.T, case.S), dtype=work)
+        if case.bias is not None:
+            bias = np.asarray(case.bias, dtype=np.float64)
+            add += np.broadcast_to(bias, (case.B, case.Hq, case.T, case.S))[b, h].astype(work)
+        if case.mask is not None:
+            m = np.broadcast_to(np.asarray(case.mask, dtype=bool), (case.B, case.Hq, case.T, case.S))[b, h]
+            add[m] = -np.inf
+        if case.is_causal:
+            shift = 0 if self.declaration.causal_alignment == "top-left" else case.S - case.T
+            rows = np.arange(case.T)[:, None]
+            add[np.arange(case.S)[None, :] > rows + shift] = -np.inf
+        return add
+
+    @staticmethod
+    def _keep(case: Case) -> np.ndarray | None:
+        if case.dropout_p <= 0:
+            return None
+        rng = np.random.default_rng(case.seed)
+        return rng.random((case.B, case.Hq, case.T, case.S)) >= case.dropout_p
+
+    def _probabilities(self, case: Case, b: int, h: int) -> np.ndarray:
+        """Normalised weights of one slice, tile by tile with a running max (online softmax)."""
+        work = self._work(case)
+        g = case.Hq // case.Hkv
+        q = case.query[b, h].astype(work)
+        k = case.key[b, h // g].astype(work)
+        scale = work(case.effective_scale)
+        add = self._additive(case, b, h)
+        T, S = case.T, case.S
+        running_max = np.full(T, -np.inf, dtype=work)
+        running_sum = np.zeros(T, dtype=work)
+        scores = np.empty((T, S), dtype=work)
+        for start in range(0, S, self.tile):
+            stop = min(start + self.tile, S)
+            s = (q @ k[start:stop].T) * scale + add[:, start:stop]
+            scores[:, start:stop] = s
+            tile_max = s.max(axis=1)
+            new_max = np.maximum(running_max, tile_max)
+            safe = np.where(np.isneginf(new_max), 0.0, new_max).astype(work)
+            with np.errstate(invalid="ignore"):
+                running_sum = running_sum * np.exp(np.where(np.isneginf(running_max), -np.inf, running_max - safe))
+            running_sum = running_sum + np.exp(s - safe[:, None]).sum(axis=1)
+            running_max = new_max
+        safe = np.where(np.isneginf(running_max), 0.0, running_max).astype(work)
+        e = np.exp(scores - safe[:, None])
+        with np.errstate(invalid="ignore", divide="ignore"):
+            p = np.where(running_sum[:, None] > 0, e / running_sum[:, None], 0.0).astype(work)
+        return p
+
+    # -- contract ----------------------------------------------------------------------------------
+    def forward_with_weights(self, case: Case) -> tuple[np.ndarray, np.ndarray]:
+        _validate(case)
+        work = self._work(case)
+        lowp = np_dtype(case.dtype)
+        keep = self._keep(case)
+        g = case.Hq // case.Hkv
+        out = np.empty(case.out_shape, dtype=lowp)
+        weights = np.empty(case.weights_shape, dtype=lowp)
+        for b in range(case.B):
+            for h in range(case.Hq):
+                p = self._probabilities(case, b, h)
+                if keep is not None:
+                    p = np.where(keep[b, h], p / work(1.0 - case.dropout_p) if case.dropout_p < 1 else 0.0, 0.0).astype(work)
+                p_lowp = p.astype(lowp)
+                weights[b, h] = p_lowp
+                v = case.value[b, h // g].astype(work)
+                out[b, h] = (p_lowp.astype(work) @ v).astype(lowp)
+        return out, weights
+
+    def forward(self, case: Case) -> np.ndarray:
+        return self.forward_with_weights(case)[0]
+
+    def vjp(self, case: Case, grad_out: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        _validate(case)
+        work = self._work(case)
+        lowp = np_dtype(case.dtype)
+        keep = self._keep(case)
+        g = case.Hq // case.Hkv
+        scale = work(case.effective_scale)
+        dq = np.zeros(case.query.shape, dtype=work)
+        dk = np.zeros(case.key.shape, dtype=work)
+        dv = np.zeros(case.value.shape, dtype=work)
+        for b in range(case.B):
+            for h in range(case.Hq):
+                kh = h // g
+                p = self._probabilities(case, b, h)
+                do = grad_out[b, h].astype(work)
+                q = case.query[b, h].astype(work)
+                k = case.key[b, kh].astype(work)
+                v = case.value[b, kh].astype(work)
+                if keep is not None:
+                    factor = keep[b, h] / work(1.0 - case.dropout_p) if case.dropout_p < 1 else np.zeros_like(p)
+                else:
+                    factor = work(1.0)
+                dv[b, kh] += (p * factor).T @ do
+                dp = (do @ v.T) * factor
+                ds = p * (dp - (dp * p).sum(axis=1, keepdims=True))
+                dq[b, h] = ds @ k * scale
+                dk[b, kh] += ds.T @ q * scale
+        return dq.astype(lowp), dk.astype(lowp), dv.astype(lowp)
+
