@@ -1,0 +1,125 @@
+"""§7 and §8 of 000_f3dcd408372d9e02.txt: masks enter before softmax; all-blocked rows are defined."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from conformance.harness import compare, tolerance
+from conformance.harness.cases import random_case, random_mask
+from conformance.harness.clause import Source, clause
+from conformance.harness.probes import observe_weights
+from conformance.harness.report import ClauseViolation, check, fail, mismatch_report
+
+BEFORE_SOFTMAX = Source(
+    "000",
+    "§7.3 Mask 应加在 softmax 之前",
+    "如果在 softmax 之后直接把某些权重改成 0，剩余权重之和通常不再等于 1。",
+)
+ALL_BLOCKED = Source(
+    "000",
+    "§8 最小 PyTorch 实现",
+    "如果某个 Query 的所有 Key 都被禁止，softmax 在数学上没有定义；本实现明确约定该行的权重和输出为 0，避免 NaN。",
+)
+BACKWARD = Source(
+    "000",
+    "§8 为什么在点积之前提高精度",
+    "只在 softmax 后把 NaN 替换为 0 也不够稳妥：反向传播仍可能经过产生 NaN 的节点。",
+)
+
+
+def _asymmetric_mask_case(dtype: str, seed: int = 40):
+    """A [B,1,T,S] mask that differs per batch item and is not symmetric in any axis.
+
+    Asymmetry is what tells True = blocked from True = attend, and per-item masks catch kernels
+    that broadcast the wrong axis.
+    """
+    B, H, T, S = 2, 3, 4, 6
+    mask = random_mask(seed, (B, 1, T, S), p_blocked=0.5)
+    return random_case(seed, B=B, Hq=H, T=T, S=S, Dk=8, Dv=8, dtype=dtype, mask=mask)
+
+
+@clause(
+    "MASK-BEFORE-SOFTMAX-01",
+    "blocked keys get weight exactly 0 and the visible weights are renormalised (softmax over the visible keys)",
+    BEFORE_SOFTMAX,
+    requires=["bool_mask"],
+    kills=["mask_after_softmax", "mask_sense_inverted"],
+)
+def test_mask_before_softmax(impl, dtype):
+    case = _asymmetric_mask_case(dtype)
+    impl.require(case)
+    w = observe_weights(impl, case)
+    want = compare.expected(case, impl.declaration)
+    blocked = want.blocked
+    leaked = blocked & (w != 0)
+    if leaked.any():
+        idx = tuple(int(i) for i in np.argwhere(leaked)[0])
+        fail(
+            f"{int(leaked.sum())} blocked positions have non-zero weight (the mask is True = blocked); "
+            f"first at {list(idx)}: weight {w[idx]:.6g}",
+            case,
+        )
+    allowed, _ = tolerance.allowed(want.weights, None, dtype)
+    msg = mismatch_report("visible weights (renormalised over visible keys)", w, want.weights, allowed,
+                          tolerance.describe(dtype))
+    if msg:
+        sums = w.sum(axis=-1)
+        raise ClauseViolation(f"{msg}\n  row sums: min {sums.min():.6g}, max {sums.max():.6g} (should be 1)", case)
+
+
+def _all_blocked_case(dtype: str, seed: int = 50):
+    """The article's §9 padding test plus one fully blocked query row in an otherwise live item."""
+    B, H, T, S = 2, 2, 3, 5
+    padding = np.array([[False, False, False, True, True], [True, True, True, True, True]])
+    mask = np.broadcast_to(padding[:, None, None, :], (B, 1, T, S)).copy()
+    mask[0, 0, 1, :] = True  # one fully blocked row inside the live batch item
+    return random_case(seed, B=B, Hq=H, T=T, S=S, Dk=8, Dv=8, dtype=dtype, mask=mask)
+
+
+@clause(
+    "ALL-BLOCKED-02",
+    "a query row whose keys are all blocked yields the declared fill (spec: zero weights, zero output), never a stray NaN",
+    ALL_BLOCKED,
+    requires=["bool_mask"],
+    kills=["nan_on_all_blocked", "mean_v_on_all_blocked"],
+)
+def test_all_blocked_rows(impl, dtype):
+    case = _all_blocked_case(dtype)
+    impl.require(case)
+    decl = impl.declaration
+    want = compare.expected(case, decl)
+    empty = want.all_blocked
+    out = impl.forward(case)
+    rows = np.asarray(out, dtype=np.float64)[empty]
+    policy = decl.all_blocked
+    if policy == "zeros":
+        check(bool(np.all(rows == 0)),
+              f"all-blocked rows must be exactly 0 (declared all_blocked=zeros); got {int(np.isnan(rows).sum())} NaN, "
+              f"max |value| {np.nanmax(np.abs(rows)) if rows.size else 0:.3g}", case)
+    elif policy == "nan":
+        check(bool(np.all(np.isnan(rows))), "all-blocked rows must be NaN (declared all_blocked=nan)", case)
+    live = ~empty
+    if not np.all(np.isfinite(np.asarray(out, dtype=np.float64)[live])):
+        fail("rows with visible keys must be finite", case)
+    compare.assert_close("output", out, want.out, case, compare.reference(case, decl))
+    w = observe_weights(impl, case)
+    if policy == "zeros":
+        check(bool(np.all(w[empty] == 0)), "all-blocked rows must have weights exactly 0 (declared all_blocked=zeros)", case)
+
+
+@clause(
+    "ALL-BLOCKED-GRAD-03",
+    "the backward pass through all-blocked rows is finite and matches the oracle (those rows contribute no gradient)",
+    BACKWARD,
+    requires=["bool_mask", "grad"],
+    kills=["nan_backward_all_blocked"],
+    tolerance="gradients: FUDGE*(eps*sqrt(n)*max|g| + atol) + rtol*|g|, n the reduction length (harness.tolerance.grad_allowed)",
+)
+def test_all_blocked_backward(impl, dtype):
+    case = _all_blocked_case(dtype, seed=51)
+    impl.require(case)
+    decl = impl.declaration
+    if decl.all_blocked == "nan":
+        impl.not_applicable("declares all_blocked=nan: its backward through those rows is NaN by declaration")
+    grad_out = np.random.default_rng(52).standard_normal(case.out_shape).astype(case.query.dtype)
+    compare.assert_vjp_matches(impl, case, grad_out)

@@ -1,0 +1,43 @@
+"""The worked example of 003_648455d5abd16778.txt, checked against the article's own numbers.
+
+The expected values here are the article's, not anything this project computed: q = [1, 1],
+k1 = [1, 0], k2 = [0, 1], v1 = [2, 0], v2 = [0, 4] gives [1, 2]; with k2 blocked it gives [2, 0].
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from conformance.contract import Case
+from conformance.harness import compare
+from conformance.harness.cases import cast
+from conformance.harness.clause import Source, clause
+
+WORKED = Source(
+    "003",
+    "Worked Example",
+    "Softmax 权重相同，均为 0.5，因此输出：o = 0.5·v₁ + 0.5·v₂ = [1, 2]；若因果 Mask 禁止读取 k₂，第二个分数变为负无穷，权重变成 [1,0]，输出为 [2,0]。",
+)
+
+
+def worked_case(dtype: str, block_k2: bool) -> Case:
+    q = cast(np.array([1.0, 1.0]).reshape(1, 1, 1, 2), dtype)
+    k = cast(np.array([[1.0, 0.0], [0.0, 1.0]]).reshape(1, 1, 2, 2), dtype)
+    v = cast(np.array([[2.0, 0.0], [0.0, 4.0]]).reshape(1, 1, 2, 2), dtype)
+    mask = np.array([False, True]).reshape(1, 1, 1, 2) if block_k2 else None
+    return Case(q, k, v, mask=mask, label="worked example" + (", k2 blocked" if block_k2 else ""))
+
+
+@clause(
+    "WORKED-EXAMPLE-01",
+    "q=[1,1], k1=[1,0], k2=[0,1], v1=[2,0], v2=[0,4] gives [1,2]; with k2 blocked, [2,0]",
+    WORKED,
+    kills=["value_in_similarity", "mask_sense_inverted"],
+)
+def test_worked_example(impl, dtype):
+    for block_k2, article in ((False, [1.0, 2.0]), (True, [2.0, 0.0])):
+        case = worked_case(dtype, block_k2)
+        impl.require(case)
+        out = impl.forward(case)
+        want = np.array(article).reshape(1, 1, 1, 2)
+        compare.assert_close("output", out, want, case)

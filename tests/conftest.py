@@ -1,0 +1,3 @@
+from tests.clause_runner import load_catalog
+
+load_catalog()
