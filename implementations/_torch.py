@@ -23,10 +23,12 @@ _NAMES = {v: k for k, v in TORCH_DTYPES.items()}
 
 def to_torch(a: np.ndarray, device: str = "cpu", requires_grad: bool = False) -> torch.Tensor:
     a = np.asarray(a)
+    # order="K" keeps a permuted layout (e.g. [B,T,H,D] viewed as [B,H,T,D]) so that kernels meet
+    # the non-contiguous strides a clause built on purpose; the copy keeps the suite's arrays safe.
     if a.dtype == np_dtype("bfloat16"):
-        t = torch.from_numpy(np.array(a, dtype=np.float32)).to(torch.bfloat16)
+        t = torch.from_numpy(np.array(a, dtype=np.float32, order="K")).to(torch.bfloat16)
     else:
-        t = torch.from_numpy(np.array(a, copy=True))
+        t = torch.from_numpy(np.array(a, copy=True, order="K"))
     t = t.to(device)
     if requires_grad:
         t.requires_grad_(True)

@@ -19,8 +19,14 @@ from conformance.harness.impl import Impl
 
 
 def load_catalog() -> dict[str, ClauseInfo]:
+    """Import every clause module and every mutant module (``tests/mutants*.py``)."""
     for mod in pkgutil.iter_modules(conformance.clauses.__path__):
         importlib.import_module(f"conformance.clauses.{mod.name}")
+    import tests
+
+    for mod in pkgutil.iter_modules(tests.__path__):
+        if mod.name.startswith("mutants"):
+            importlib.import_module(f"tests.{mod.name}")
     return CATALOG
 
 

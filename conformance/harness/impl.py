@@ -118,6 +118,16 @@ class Impl:
                 raise AdapterError(f"{self.name}: {what} shares memory with an input (a view, not a result)", case)
         return arr
 
+    def call_raw(self, case: Case) -> tuple[Any, BaseException | None]:
+        """Call ``forward`` on a case the declaration is NOT consulted for, e.g. a deliberately
+        invalid one; returns (result, None) or (None, exception). Hangs still time out."""
+        try:
+            return _call_with_timeout(lambda: self.adapter.forward(case), self.timeout, f"{self.name}.forward"), None
+        except AdapterError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the caller judges the exception
+            return None, exc
+
     def forward(self, case: Case) -> np.ndarray:
         """The kernel's output for ``case``; not-applicable cases skip with the declared reason."""
         self.require(case)

@@ -21,6 +21,14 @@ from conformance.harness.clause import info_of
 
 _STATE = pytest.StashKey["State"]()
 HYPOTHESIS_PROFILES = ("ci", "thorough")
+# Optional harness plugins (certificates, baselines, ...) living in their own modules; each is
+# registered when present, so features can be added without touching this file.
+SUBPLUGINS = (
+    "conformance.harness.certificate",
+    "conformance.harness.baseline",
+    "conformance.harness.golden_plugin",
+    "conformance.harness.selfdefense",
+)
 
 
 @dataclass
@@ -36,7 +44,13 @@ class State:
     results: list[dict] = field(default_factory=list)
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
+    import importlib
+    import importlib.util
+
+    for name in SUBPLUGINS:
+        if importlib.util.find_spec(name) is not None and not pluginmanager.has_plugin(name):
+            pluginmanager.register(importlib.import_module(name), name)
     group = parser.getgroup("sdpa-conformance", "SDPA conformance suite")
     group.addoption(
         "--impl",
@@ -73,6 +87,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def _state(config: pytest.Config) -> State:
     return config.stash[_STATE]
+
+
+def get_state(config: pytest.Config) -> State | None:
+    """The run's state (resolved adapters, per-clause results) for sub-plugins; None before configure."""
+    return config.stash.get(_STATE, None)
 
 
 def pytest_configure(config: pytest.Config) -> None:
