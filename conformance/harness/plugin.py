@@ -247,6 +247,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             dict(clause=info.id, impl=params.get("impl"), dtype=params.get("dtype"), outcome=outcome,
                  reason=reason, nodeid=item.nodeid, duration=rep.duration)
         )
+    if rep.failed and call.excinfo is not None and item.config.getoption("tbstyle") != "long":
+        compact = _compact_failure(call.excinfo.value)
+        if compact is not None:
+            rep.longrepr = compact
     if rep.failed:
         text = (
             f"clause {info.id}: {info.title}\n"
@@ -257,6 +261,42 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         )
         rep.sections.insert(0, ("sdpa-conformance", text))
     return rep
+
+
+def _describe_exception(exc: BaseException) -> str:
+    import traceback
+
+    from conformance.harness.report import AdapterError
+
+    text = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, AdapterError) and exc.__cause__ is not None:
+        cause = exc.__cause__
+        here = str(Path(__file__).resolve().parents[2])
+        frames = [f for f in traceback.extract_tb(cause.__traceback__) if not f.filename.startswith(here)]
+        if frames:
+            text += "\n  the kernel's own traceback (suite and adapter frames hidden):\n" + "".join(
+                traceback.format_list(frames[-4:])).rstrip()
+    notes = getattr(exc, "__notes__", None) or []
+    if notes:
+        text += "\n" + "\n".join(str(n) for n in notes)
+    return text
+
+
+def _compact_failure(exc: BaseException) -> str | None:
+    """The clause's own message (plus hypothesis' falsifying example) instead of a source listing.
+
+    Only clause violations are compacted; any other exception is a bug in the suite or the test
+    and keeps pytest's full traceback. ``--tb=long`` keeps the full traceback for everything.
+    """
+    from conformance.harness.report import ClauseViolation
+
+    if isinstance(exc, ClauseViolation):
+        return _describe_exception(exc)
+    group = exc if isinstance(exc, BaseExceptionGroup) else None
+    if group is not None and all(isinstance(e, ClauseViolation) for e in group.exceptions):
+        parts = [f"[{i}] " + _describe_exception(e) for i, e in enumerate(group.exceptions, 1)]
+        return f"{len(parts)} distinct failures:\n" + "\n\n".join(parts)
+    return None
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:

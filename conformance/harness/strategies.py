@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 
 _PROFILE = {"name": "ci"}
@@ -21,6 +21,8 @@ def register_profiles() -> None:
     common = dict(
         deadline=None,
         print_blob=True,
+        # no "explain" phase: its line-coverage notes point into the suite, not into the kernel
+        phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.differing_executors,
                                HealthCheck.function_scoped_fixture],
     )
