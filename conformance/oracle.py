@@ -15,6 +15,11 @@ GQA maps query head h to kv head ``h // (Hq // Hkv)``. The oracle is kept delibe
 (materialised [B,H,T,S] scores, one einsum per product) so that it can be read against the formula;
 it imports only the contract. ``emulate`` is a second, *low-precision* reference used by the
 tolerance rule only, never as an expected value.
+
+``forward_blocked`` is the same float64 forward for long sequences: keys in blocks with an online
+(running max, running sum) softmax and queries in chunks, so its memory is O(chunk x block) rather
+than O(B·H·T·S). The self-test (tests/test_oracle_blocked.py) holds it to ~1e-12 of :func:`forward`
+on every convention.
 """
 
 from __future__ import annotations
@@ -153,3 +158,106 @@ def emulate(case: Case, *, all_blocked: str = "zeros", causal_alignment: str = "
         out = out.astype(np.float64)
         out[empty] = np.nan
     return out.astype(np.float64)
+
+
+# -- long sequences -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BlockedForward:
+    out: np.ndarray  # [B, Hq, T, Dv] float64
+    logsumexp: np.ndarray  # [B, Hq, T] float64 over the visible scores; -inf on all-blocked rows
+    all_blocked: np.ndarray  # [B, Hq, T] bool
+
+
+DEFAULT_BLOCK = 512
+DEFAULT_TILE_ELEMENTS = 1 << 22  # 32 MiB of float64 scores per tile
+
+
+def _as4(x: np.ndarray) -> np.ndarray:
+    """Left-pad a broadcastable mask or bias to rank 4 without copying."""
+    x = np.asarray(x)
+    if x.ndim > 4:
+        raise ValueError(f"mask/bias of rank {x.ndim} does not broadcast to [B, H, T, S]")
+    return x.reshape((1,) * (4 - x.ndim) + x.shape)
+
+
+def _tile(x4: np.ndarray, t: slice, s: slice) -> np.ndarray:
+    """The [.., t, s] part of a rank-4 broadcastable array (size-1 axes stay size 1)."""
+    return x4[:, :, t if x4.shape[2] > 1 else slice(None), s if x4.shape[3] > 1 else slice(None)]
+
+
+def forward_blocked(
+    case: Case,
+    *,
+    all_blocked: str = "zeros",
+    causal_alignment: str = "top-left",
+    block: int = DEFAULT_BLOCK,
+    tile_elements: int = DEFAULT_TILE_ELEMENTS,
+) -> BlockedForward:
+    """The float64 forward of :func:`forward` without materialising [B, H, T, S].
+
+    Keys are visited ``block`` at a time with a running row max ``m`` and running denominator ``l``
+    (the rescaling FlashAttention does, here in float64); queries are taken in chunks so that one
+    tile of scores holds at most ``tile_elements`` numbers. GQA groups the query heads that share a
+    kv head into one GEMM operand instead of repeating K and V. Peak memory is the float64 copies
+    of the inputs plus a few tiles, so S = 16384 fits in tens of MiB.
+    """
+    if all_blocked not in ("zeros", "nan", "mean-v"):
+        raise ValueError(f"unknown all_blocked policy {all_blocked!r}")
+    B, Hq, Hkv, T, S, Dk, Dv = case.B, case.Hq, case.Hkv, case.T, case.S, case.Dk, case.Dv
+    if Hq % Hkv:
+        raise ValueError(f"Hq={Hq} is not a multiple of Hkv={Hkv}")
+    g = Hq // Hkv
+    block = max(1, min(int(block), S))
+    chunk = max(1, min(T, tile_elements // max(1, B * Hq * block)))
+    scale = case.effective_scale
+    q, k, v = _f64(case.query), _f64(case.key), _f64(case.value)
+    kt = np.swapaxes(k, -1, -2)  # [B, Hkv, Dk, S], a view
+    mask4 = None if case.mask is None else _as4(np.asarray(case.mask, dtype=bool))
+    bias4 = None if case.bias is None else _as4(_f64(case.bias))
+    offset = 0 if causal_alignment == "top-left" else S - T
+    out = np.empty((B, Hq, T, Dv))
+    lse = np.empty((B, Hq, T))
+    for t0 in range(0, T, chunk):
+        t1 = min(t0 + chunk, T)
+        n, ts = t1 - t0, slice(t0, t1)
+        qg = q[:, :, ts].reshape(B, Hkv, g * n, Dk)  # the g query heads of one kv head, stacked
+        m = np.full((B, Hq, n), -np.inf)
+        l = np.zeros((B, Hq, n))
+        acc = np.zeros((B, Hkv, g * n, Dv))
+        for s0 in range(0, S, block):
+            s1 = min(s0 + block, S)
+            ss = slice(s0, s1)
+            s = np.matmul(qg, kt[..., ss]).reshape(B, Hq, n, s1 - s0)
+            s *= scale
+            if bias4 is not None:
+                s += _tile(bias4, ts, ss)
+            if mask4 is not None:
+                np.copyto(s, -np.inf, where=_tile(mask4, ts, ss))
+            if case.is_causal:
+                np.copyto(s, -np.inf, where=np.arange(s0, s1)[None, :] > np.arange(t0, t1)[:, None] + offset)
+            m_new = np.maximum(m, s.max(axis=-1))
+            safe = np.where(np.isneginf(m_new), 0.0, m_new)
+            s -= safe[..., None]
+            np.exp(s, out=s)
+            alpha = np.exp(m - safe)  # 0 where m was -inf (nothing visible seen yet)
+            l *= alpha
+            l += s.sum(axis=-1)
+            acc *= alpha.reshape(B, Hkv, g * n)[..., None]
+            acc += np.matmul(s.reshape(B, Hkv, g * n, s1 - s0), v[:, :, ss])
+            m = m_new
+        acc = acc.reshape(B, Hq, n, Dv)
+        live = l > 0
+        np.divide(acc, l[..., None], out=acc, where=live[..., None])
+        out[:, :, ts] = acc
+        with np.errstate(divide="ignore"):
+            lse[:, :, ts] = np.where(live, m + np.log(np.where(live, l, 1.0)), -np.inf)
+    empty = np.isneginf(lse)
+    if empty.any():
+        if all_blocked == "zeros":
+            out[empty] = 0.0
+        elif all_blocked == "nan":
+            out[empty] = np.nan
+        else:  # mean-v: uniform weights over all S keys
+            mean_v = np.repeat(v.mean(axis=2), g, axis=1)  # [B, Hq, Dv]
+            out[empty] = np.broadcast_to(mean_v[:, :, None, :], out.shape)[empty]
+    return BlockedForward(out=out, logsumexp=lse, all_blocked=empty)
