@@ -146,6 +146,20 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
     return 0
 
 
+def _certifying_from_testpaths(config: pytest.Config) -> bool:
+    """True for ``pytest --impl=X`` at the repo root: a certification run, not a self-test run."""
+    state = config.stash.get(_STATE, None)
+    return bool(state and state.explicit and config.args_source == pytest.Config.ArgsSource.TESTPATHS)
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    # The project's self-tests do not depend on --impl; a certification run collects the clauses
+    # only (the report header says so). `pytest tests` or a bare `pytest` still runs them.
+    if _certifying_from_testpaths(config) and collection_path.name == "tests" and (collection_path / "mutants.py").exists():
+        return True
+    return None
+
+
 def pytest_report_header(config: pytest.Config) -> list[str]:
     state = config.stash.get(_STATE, None)
     if state is None or not state.resolved:
@@ -162,6 +176,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
             )
     if state.declare:
         lines.append(f"  --declare overrides: {' '.join(state.declare)}")
+    if _certifying_from_testpaths(config):
+        lines.append("  certification run: clauses only (the project's self-tests run with a bare `pytest`)")
     return lines
 
 
