@@ -190,7 +190,7 @@ def forward_blocked(
     *,
     all_blocked: str = "zeros",
     causal_alignment: str = "top-left",
-    block: int = DEFAULT_BLOCK,
+    block: int | None = None,
     tile_elements: int = DEFAULT_TILE_ELEMENTS,
 ) -> BlockedForward:
     """The float64 forward of :func:`forward` without materialising [B, H, T, S].
@@ -199,7 +199,8 @@ def forward_blocked(
     (the rescaling FlashAttention does, here in float64); queries are taken in chunks so that one
     tile of scores holds at most ``tile_elements`` numbers. GQA groups the query heads that share a
     kv head into one GEMM operand instead of repeating K and V. Peak memory is the float64 copies
-    of the inputs plus a few tiles, so S = 16384 fits in tens of MiB.
+    of the inputs plus a few tiles, so S = 16384 fits in tens of MiB. ``block=None`` takes
+    DEFAULT_BLOCK keys, or more when few queries leave room in the tile (fewer Python steps).
     """
     if all_blocked not in ("zeros", "nan", "mean-v"):
         raise ValueError(f"unknown all_blocked policy {all_blocked!r}")
@@ -207,11 +208,13 @@ def forward_blocked(
     if Hq % Hkv:
         raise ValueError(f"Hq={Hq} is not a multiple of Hkv={Hkv}")
     g = Hq // Hkv
+    if block is None:
+        block = max(DEFAULT_BLOCK, tile_elements // max(1, B * Hq * T))
     block = max(1, min(int(block), S))
     chunk = max(1, min(T, tile_elements // max(1, B * Hq * block)))
     scale = case.effective_scale
-    q, k, v = _f64(case.query), _f64(case.key), _f64(case.value)
-    kt = np.swapaxes(k, -1, -2)  # [B, Hkv, Dk, S], a view
+    q, v = _f64(case.query), _f64(case.value)
+    kt = np.ascontiguousarray(np.swapaxes(case.key, -1, -2), dtype=np.float64)  # [B, Hkv, Dk, S], for BLAS
     mask4 = None if case.mask is None else _as4(np.asarray(case.mask, dtype=bool))
     bias4 = None if case.bias is None else _as4(_f64(case.bias))
     offset = 0 if causal_alignment == "top-left" else S - T
