@@ -152,12 +152,18 @@ def _certifying_from_testpaths(config: pytest.Config) -> bool:
     return bool(state and state.explicit and config.args_source == pytest.Config.ArgsSource.TESTPATHS)
 
 
-def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    # The project's self-tests do not depend on --impl; a certification run collects the clauses
-    # only (the report header says so). `pytest tests` or a bare `pytest` still runs them.
-    if _certifying_from_testpaths(config) and collection_path.name == "tests" and (collection_path / "mutants.py").exists():
-        return True
-    return None
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # The project's self-tests do not depend on --impl; a certification run keeps the clauses only
+    # (the report header says so, and pytest counts them as deselected). A bare `pytest` or
+    # `pytest tests` still runs them.
+    if not _certifying_from_testpaths(config):
+        return
+    keep, drop = [], []
+    for item in items:
+        (keep if info_of(getattr(item, "function", None)) is not None else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

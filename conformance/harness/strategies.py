@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 
 _PROFILE = {"name": "ci"}
+PREFIX = "sdpa-conformance-"  # hypothesis has a built-in "ci" profile; ours must not replace it
 _MULTIPLIER = {"ci": 1, "thorough": 10}
 
 
@@ -26,19 +27,25 @@ def register_profiles() -> None:
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.differing_executors,
                                HealthCheck.function_scoped_fixture],
     )
-    settings.register_profile("ci", derandomize=True, database=None, **common)
-    settings.register_profile("thorough", derandomize=False, **common)
+    settings.register_profile(PREFIX + "ci", derandomize=True, database=None, **common)
+    settings.register_profile(PREFIX + "thorough", derandomize=False, **common)
 
 
 def load_profile(name: str) -> None:
     register_profiles()
-    settings.load_profile(name)
+    settings.load_profile(PREFIX + name)
     _PROFILE["name"] = name
 
 
 def examples(ci: int) -> settings:
-    """Settings for a clause whose ci profile needs ``ci`` examples (thorough: 10x)."""
-    return settings(max_examples=ci * _MULTIPLIER.get(_PROFILE["name"], 1))
+    """Settings for a clause whose ci profile needs ``ci`` examples (thorough: 10x).
+
+    The parent is named explicitly: other libraries imported during collection (torch's test
+    utilities, for one) load hypothesis profiles of their own, and a clause must not inherit theirs.
+    """
+    register_profiles()
+    parent = settings.get_profile(PREFIX + _PROFILE["name"])
+    return settings(parent=parent, max_examples=ci * _MULTIPLIER.get(_PROFILE["name"], 1))
 
 
 @dataclass(frozen=True)
