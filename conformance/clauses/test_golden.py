@@ -1,0 +1,114 @@
+"""The golden set: the kernel against frozen float64 answers, with forward, weights and gradients.
+
+Every other clause recomputes its expectation with today's oracle. The golden fixtures
+(fixtures/golden/, see docs/fixtures.md) hold the oracle's answers as they were on the recorded
+spec revision, hash-checked before use, so this clause pins the same numbers on every machine and
+release: a kernel is compared with stored values for the cases the seeds name (self/cross attention,
+each mask shape, causal in the declared alignment, GQA, custom scale, all-blocked rows in the
+declared policy, large logits, every dtype, the 003 worked example). Fixtures are selected by the
+kernel's declaration: its conventions must be among those the fixture encodes, and
+``Declaration.not_supported_reasons`` must be empty for the case.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conformance import fixtures
+from conformance.harness import compare, tolerance
+from conformance.harness.clause import Source, clause
+from conformance.harness.probes import observe_weights
+from conformance.harness.report import ClauseViolation, fail, mismatch_report
+
+CHECK_FIXED = Source(
+    "003",
+    "工程实现",
+    "验证时应固定 B、h、T_q、T_k、d、dtype、is_causal，分别检查输出容差、反向梯度、峰值显存和延迟。",
+)
+ENV_DIR = "SDPA_GOLDEN_DIR"
+
+
+def golden_dir() -> Path:
+    """The set under test: ``$SDPA_GOLDEN_DIR`` if set, else the repository's fixtures/golden."""
+    env = os.environ.get(ENV_DIR)
+    return Path(env) if env else fixtures.default_dir()
+
+
+def _check_fixture(impl, fx: fixtures.GoldenFixture) -> list[str]:
+    """What this fixture observed wrong (empty: it matched); skips propagate to the caller."""
+    case, decl, dtype = fx.case, impl.declaration, fx.case.dtype
+    found = []
+    out = impl.forward(case)
+    try:
+        compare.assert_close("output", out, fx.expected["out"], case, compare.reference(case, decl))
+    except ClauseViolation as exc:
+        found.append(str(exc))
+    w = observe_weights(impl, case)
+    allowed, _ = tolerance.allowed(fx.expected["weights"], None, dtype)
+    msg = mismatch_report("weights (observed)", w, fx.expected["weights"], allowed, tolerance.describe(dtype))
+    if msg:
+        found.append(msg)
+    nan_rows = decl.all_blocked == "nan" and bool(np.isnan(fx.expected["out"]).any())
+    if decl.grad and fx.params.get("grad", True) and not nan_rows:
+        grads = impl.vjp(case, fx.grad_out)
+        g = case.Hq // case.Hkv
+        for name, got, n in zip(("dq", "dk", "dv"), grads, (case.S, case.T * g, case.T * g)):
+            exp = fx.expected[name]
+            msg = mismatch_report(name, np.asarray(got, dtype=np.float64), exp, tolerance.grad_allowed(exp, dtype, n),
+                                  f"gradient rule for {dtype}, reduction length {n} (harness.tolerance.grad_allowed)")
+            if msg:
+                found.append(msg)
+    return found
+
+
+@clause(
+    "GOLDEN-01",
+    "on the hash-checked golden set, output, observed weights and (if declared) dQ/dK/dV match the stored float64 answers",
+    CHECK_FIXED,
+    kills=[
+        "output_drift_1e-3@float32", "gqa_grad_first_head_only", "causal_off_by_one", "mask_sense_inverted",
+        "gqa_wrong_mapping", "ignore_custom_scale", "nan_on_all_blocked", "mean_v_on_all_blocked",
+        "causal_bottom_right_undeclared",
+    ],
+    tolerance="output: the default rule against the stored expectation; weights: the default rule without ref_err; "
+    "gradients: harness.tolerance.grad_allowed",
+)
+def test_golden(impl, dtype):
+    try:
+        golden = fixtures.load_set(golden_dir())
+    except fixtures.FixtureError as exc:
+        fail(f"the golden set is not the one its manifest describes, so it cannot vouch for anything:\n  "
+             + "\n  ".join(exc.problems))
+    decl = impl.declaration
+    chosen = [fx for fx in golden if fx.case.dtype == dtype and fx.valid_for(decl.all_blocked, decl.causal_alignment)]
+    failures: list[tuple[str, str]] = []
+    checked, refused = 0, []
+    for fx in chosen:
+        reasons = decl.not_supported_reasons(fx.case)
+        if reasons:
+            refused.append(f"{fx.name} ({'; '.join(reasons)})")
+            continue
+        try:
+            found = _check_fixture(impl, fx)
+        except pytest.skip.Exception as exc:
+            refused.append(f"{fx.name} ({str(exc).removeprefix('Skipped: ')})")
+            continue
+        except ClauseViolation as exc:
+            found = [str(exc)]
+        checked += 1
+        failures += [(fx.name, m) for m in found]
+    if not checked:
+        impl.not_applicable(
+            f"no golden fixture in {dtype} applies (all_blocked={decl.all_blocked}, "
+            f"causal_alignment={decl.causal_alignment}); refused: {', '.join(refused) or 'none'}")
+    if failures:
+        names = sorted({n for n, _ in failures})
+        detail = "\n".join(f"[{n}] {m}" for n, m in failures[:6])
+        more = f"\n... and {len(failures) - 6} more" if len(failures) > 6 else ""
+        raise ClauseViolation(
+            f"{len(names)} of {checked} golden fixtures in {dtype} disagree with their stored answers "
+            f"({golden_dir()}): {', '.join(names)}\n{detail}{more}")
