@@ -182,6 +182,8 @@ class Declaration:
     custom_scale: bool = True
     causal_alignment: CausalAlignment = "top-left"
     all_blocked: AllBlockedPolicy = "zeros"
+    all_blocked_float_mask: AllBlockedPolicy | None = None
+    float64_computed_as: Literal["float64", "float32"] = "float64"
     mask_sense: MaskSense = "blocked"
     max_head_dim: int | None = None
     requires_dk_eq_dv: bool = False
@@ -197,6 +199,10 @@ class Declaration:
             raise ValueError(f"unknown dtypes {sorted(unknown)}; known: {', '.join(DTYPES)}")
         if self.all_blocked not in ALL_BLOCKED_POLICIES:
             raise ValueError(f"all_blocked={self.all_blocked!r}; one of {ALL_BLOCKED_POLICIES}")
+        if self.all_blocked_float_mask not in (None, *ALL_BLOCKED_POLICIES):
+            raise ValueError(f"all_blocked_float_mask={self.all_blocked_float_mask!r}; one of {ALL_BLOCKED_POLICIES}")
+        if self.float64_computed_as not in ("float64", "float32"):
+            raise ValueError(f"float64_computed_as={self.float64_computed_as!r}; 'float64' or 'float32'")
         if self.causal_alignment not in CAUSAL_ALIGNMENTS:
             raise ValueError(f"causal_alignment={self.causal_alignment!r}; one of {CAUSAL_ALIGNMENTS}")
         if self.mask_sense not in ("blocked", "attend"):
@@ -209,6 +215,24 @@ class Declaration:
         d = dataclasses.asdict(self)
         d["dtypes"] = sorted(self.dtypes, key=DTYPES.index)
         return d
+
+    def all_blocked_policy(self, case: Case) -> str:
+        """The fill this kernel uses for all-blocked rows of ``case``.
+
+        Some kernels fill differently when the blocking comes from an additive ``-inf`` mask than
+        from a boolean one (``jax.nn.dot_product_attention``: mean of V for a boolean mask, NaN for
+        an all ``-inf`` bias); ``all_blocked_float_mask`` declares the second.
+        """
+        if case.bias is not None and case.mask is None and self.all_blocked_float_mask is not None:
+            return self.all_blocked_float_mask
+        return self.all_blocked
+
+    def tolerance_dtype(self, case: Case) -> str:
+        """The dtype whose tolerance rule applies: float64 cases of a kernel that declares
+        float32 computation are held to the float32 rule (and the suite says so)."""
+        if case.dtype == "float64" and self.float64_computed_as == "float32":
+            return "float32"
+        return case.dtype
 
     def not_supported_reasons(self, case: Case) -> list[str]:
         """Sentences saying why this kernel cannot run ``case``; empty when it can."""

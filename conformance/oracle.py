@@ -129,16 +129,19 @@ def vjp(
     return dq, fold(dk_e), fold(dv_e)
 
 
-def emulate(case: Case, *, all_blocked: str = "zeros", causal_alignment: str = "top-left") -> np.ndarray:
+def emulate(
+    case: Case, *, all_blocked: str = "zeros", causal_alignment: str = "top-left", work_dtype: str | None = None
+) -> np.ndarray:
     """A plain same-precision kernel, used only to size tolerances (see harness.tolerance).
 
     It models what a careful production kernel does in the working dtype: scores and softmax in
     float32 (float64 for float64 inputs), the probabilities rounded to the working dtype before the
     P·V product (as fused fp16/bf16 kernels feed their tensor cores), float32 accumulation, and
     the output rounded to the working dtype. Its distance from :func:`forward` is the rounding error
-    an honest kernel can be expected to show on *this* case.
+    an honest kernel can be expected to show on *this* case. ``work_dtype`` overrides the compute
+    precision (a kernel may declare that it computes float64 inputs in float32).
     """
-    work = np.float64 if case.dtype == "float64" else np.float32
+    work = np.dtype(work_dtype or ("float64" if case.dtype == "float64" else "float32")).type
     lowp = np_dtype(case.dtype)
     q, k, v = (np.asarray(x).astype(work) for x in (case.query, case.key, case.value))
     k, v = expand_kv(k, case.Hq), expand_kv(v, case.Hq)

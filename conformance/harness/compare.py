@@ -37,7 +37,7 @@ def case_key(case: Case) -> str:
 
 
 def _cached(kind: str, case: Case, decl: Declaration, compute):
-    key = (kind, case_key(case), decl.all_blocked, decl.causal_alignment)
+    key = (kind, case_key(case), decl.all_blocked_policy(case), decl.causal_alignment, decl.tolerance_dtype(case))
     if key in _CACHE:
         _CACHE.move_to_end(key)
         return _CACHE[key]
@@ -52,21 +52,35 @@ def expected(case: Case, decl: Declaration) -> oracle.Forward:
     """The oracle's forward for ``case`` under ``decl``'s conventions."""
     return _cached(
         "fwd", case, decl,
-        lambda: oracle.forward(case, all_blocked=decl.all_blocked, causal_alignment=decl.causal_alignment),
+        lambda: oracle.forward(case, all_blocked=decl.all_blocked_policy(case), causal_alignment=decl.causal_alignment),
     )
 
 
 def reference(case: Case, decl: Declaration) -> np.ndarray:
     return _cached(
         "ref", case, decl,
-        lambda: oracle.emulate(case, all_blocked=decl.all_blocked, causal_alignment=decl.causal_alignment),
+        lambda: oracle.emulate(case, all_blocked=decl.all_blocked_policy(case), causal_alignment=decl.causal_alignment,
+                               work_dtype="float32" if decl.tolerance_dtype(case) == "float32" else None),
     )
 
 
-def assert_close(what: str, actual: np.ndarray, want: np.ndarray, case: Case, ref: np.ndarray | None = None) -> None:
-    """Fail with a mismatch report unless ``actual`` is within the tolerance rule of ``want``."""
-    allowed, ref_err = tolerance.allowed(want, ref, case.dtype)
-    rule = tolerance.describe(case.dtype) + f"; ref_err={ref_err:.3g}"
+def assert_close(
+    what: str,
+    actual: np.ndarray,
+    want: np.ndarray,
+    case: Case,
+    ref: np.ndarray | None = None,
+    decl: Declaration | None = None,
+) -> None:
+    """Fail with a mismatch report unless ``actual`` is within the tolerance rule of ``want``.
+
+    ``decl`` selects the rule's dtype (see ``Declaration.tolerance_dtype``); without it, the case's.
+    """
+    rule_dtype = decl.tolerance_dtype(case) if decl is not None else case.dtype
+    allowed, ref_err = tolerance.allowed(want, ref, rule_dtype)
+    rule = tolerance.describe(rule_dtype) + f"; ref_err={ref_err:.3g}"
+    if rule_dtype != case.dtype:
+        rule += f" (the kernel declares float64 computed as {rule_dtype})"
     msg = mismatch_report(what, actual, want, allowed, rule)
     if msg:
         raise ClauseViolation(msg, case)
@@ -76,7 +90,7 @@ def assert_output_matches(impl: Impl, case: Case) -> np.ndarray:
     """Run the kernel on ``case`` and compare its output with the oracle; returns the output."""
     out = impl.forward(case)
     decl = impl.declaration
-    assert_close("output", out, expected(case, decl).out, case, reference(case, decl))
+    assert_close("output", out, expected(case, decl).out, case, reference(case, decl), decl)
     return out
 
 
@@ -90,7 +104,7 @@ def assert_vjp_matches(impl: Impl, case: Case, grad_out: np.ndarray) -> tuple[np
     decl = impl.declaration
     want = _cached(
         "vjp:" + hashlib.blake2b(np.ascontiguousarray(grad_out).tobytes(), digest_size=16).hexdigest(), case, decl,
-        lambda: oracle.vjp(case, grad_out, all_blocked=decl.all_blocked, causal_alignment=decl.causal_alignment),
+        lambda: oracle.vjp(case, grad_out, all_blocked=decl.all_blocked_policy(case), causal_alignment=decl.causal_alignment),
     )
     reductions = (case.S, case.T * (case.Hq // case.Hkv), case.T * (case.Hq // case.Hkv))
     for name, got, exp, n in zip(("dq", "dk", "dv"), grads, want, reductions):
@@ -100,8 +114,9 @@ def assert_vjp_matches(impl: Impl, case: Case, grad_out: np.ndarray) -> tuple[np
             raise ClauseViolation(
                 f"{name} has {int(bad.sum())} non-finite elements where the oracle's gradient is finite "
                 "(NaN or inf leaked through the backward pass)", case)
-        msg = mismatch_report(name, g, exp, tolerance.grad_allowed(exp, case.dtype, n),
-                              f"gradient rule for {case.dtype}, reduction length {n} (harness.tolerance.grad_allowed)")
+        rule_dtype = decl.tolerance_dtype(case)
+        msg = mismatch_report(name, g, exp, tolerance.grad_allowed(exp, rule_dtype, n),
+                              f"gradient rule for {rule_dtype}, reduction length {n} (harness.tolerance.grad_allowed)")
         if msg:
             raise ClauseViolation(msg, case)
     return grads

@@ -56,6 +56,7 @@ class Impl:
         self.spec = spec
         self.timeout = timeout
         self.calls = 0
+        self.rejected: list[str] = []  # reasons for cases hypothesis had to discard
 
     def __repr__(self) -> str:  # shown in hypothesis' falsifying examples: keep it short
         return f"Impl({self.spec or self.name!r})"
@@ -70,6 +71,17 @@ class Impl:
 
     # -- applicability -------------------------------------------------------------------------
     def not_applicable(self, reason: str) -> None:
+        """Report the clause (or, inside a hypothesis test, this one generated case) as not applicable.
+
+        Skipping from inside a property-based clause would skip the whole clause because of one
+        drawn case; there the case is rejected instead and hypothesis draws another.
+        """
+        from hypothesis import reject
+        from hypothesis.control import currently_in_test_context
+
+        if currently_in_test_context():
+            self.rejected.append(reason)
+            reject()
         pytest.skip(f"not applicable to {self.name}: {reason}")
 
     def require(self, case: Case) -> None:
