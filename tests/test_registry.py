@@ -1,0 +1,107 @@
+"""How kernels arrive: built-in names, ``module:attr``, plain SDPA-signature functions, entry points.
+
+The end-to-end checks run pytest in a subprocess from a directory outside the repository, the way a
+kernel author runs ``pytest --pyargs conformance --impl=...`` after ``pip install``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conformance.contract import Declaration
+from conformance.harness import registry
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_pytest(args: list[str], cwd: Path, extra_path: Path | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    paths = [str(p) for p in (extra_path,) if p is not None]
+    env["PYTHONPATH"] = os.pathsep.join(paths + [env.get("PYTHONPATH", "")]).strip(os.pathsep)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=600,
+    )
+
+
+def test_builtin_names_resolve_or_say_why():
+    for name in ("numpy", "torch-eager", "torch-sdpa-cuda", "jax-cudnn"):
+        res = registry.resolve(name)
+        assert res.adapter is not None or res.reason, name
+    assert registry.resolve("numpy").reason is None
+
+
+def test_unknown_name_lists_the_alternatives():
+    with pytest.raises(registry.ImplSpecError) as err:
+        registry.resolve("nmupy")
+    assert "numpy" in str(err.value) and "module:attr" in str(err.value)
+
+
+def test_plain_function_gets_the_function_adapter_and_overrides():
+    overrides = registry.parse_declare(["grad=false", "dtypes=float32,float16", "all_blocked=nan"])
+    res = registry.resolve("torch.nn.functional:scaled_dot_product_attention", overrides)
+    decl = res.adapter.declaration
+    assert decl.grad is False and decl.dtypes == frozenset({"float32", "float16"}) and decl.all_blocked == "nan"
+    assert decl.mask_sense == "attend"
+
+
+@pytest.mark.parametrize("bad", ["nonsense", "grad=maybe", "dtypes=float8", "all_blocked=zero"])
+def test_bad_declare_values_are_rejected(bad):
+    with pytest.raises(registry.ImplSpecError):
+        registry.parse_declare([bad])
+
+
+def test_declaration_rejects_unknown_conventions():
+    with pytest.raises(ValueError):
+        Declaration(causal_alignment="middle")
+
+
+def test_certifying_a_plain_function_needs_no_adapter(tmp_path):
+    pytest.importorskip("torch")
+    (tmp_path / "userkernel.py").write_text(textwrap.dedent("""
+        import torch.nn.functional as F
+
+        def my_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+            return F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
+                                                  is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
+
+        def broken_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+            # reads the suite's True = blocked as True = attend: the classic §10 migration bug
+            if attn_mask is not None and attn_mask.dtype.is_floating_point is False:
+                attn_mask = ~attn_mask
+            return F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
+                                                  is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
+    """))
+    sel = ["-k", "worked_example or mask_before_softmax"]
+    ok = run_pytest(["--pyargs", "conformance", "--impl=userkernel:my_sdpa", *sel], tmp_path, tmp_path)
+    assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr[-2000:]
+    assert "userkernel:my_sdpa: CONFORMS" in ok.stdout
+    bad = run_pytest(["--pyargs", "conformance", "--impl=userkernel:broken_sdpa", *sel], tmp_path, tmp_path)
+    assert bad.returncode == 1, bad.stdout[-3000:]
+    assert "clause MASK-BEFORE-SOFTMAX-01" in bad.stdout and "reproduce: pytest" in bad.stdout
+    assert "DOES NOT CONFORM" in bad.stdout
+
+
+def test_entry_point_adapters_are_listed_and_usable(tmp_path):
+    site = tmp_path / "site"
+    (site / "thirdparty_attn").mkdir(parents=True)
+    (site / "thirdparty_attn" / "__init__.py").write_text(
+        "from implementations.numpy_kernel import NumpyAdapter\n\n"
+        "class ThirdParty(NumpyAdapter):\n    name = 'thirdparty'\n"
+    )
+    dist = site / "thirdparty_attn-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: thirdparty-attn\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[sdpa_conformance.adapters]\nthirdparty = thirdparty_attn:ThirdParty\n")
+    listing = run_pytest(["--impl-list"], tmp_path, site)
+    assert listing.returncode == 0, listing.stdout + listing.stderr
+    assert "thirdparty" in listing.stdout and "thirdparty_attn:ThirdParty" in listing.stdout
+    run = run_pytest(["--pyargs", "conformance", "--impl=thirdparty", "-k", "worked_example"], tmp_path, site)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    assert "thirdparty: CONFORMS" in run.stdout
