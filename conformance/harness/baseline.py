@@ -353,7 +353,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return ["regression baseline: not compared (pass --baseline=DIR; record with --record-baseline=DIR)"]
 
 
-@pytest.hookimpl(tryfirst=True)
+@pytest.hookimpl(trylast=True)  # after the plugin keeps "clauses only" in a certification run
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
     from conformance.harness.plugin import get_state
 

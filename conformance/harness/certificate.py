@@ -1,0 +1,240 @@
+"""``--certificate=PATH``: a record a person can read to decide whether to trust a kernel.
+
+Written at the end of the run as PATH (JSON, for tools: ``python -m conformance.certificates
+compare`` renders several side by side) and PATH with the suffix ``.md`` (for people). It holds,
+per ``--impl``: the declaration the verdict is conditional on, the environment, every clause with
+its outcome per dtype (not-applicable ones with the reason, since "passed" on a kernel that
+declared everything away means little), the measured error against the float64 oracle per dtype
+(the regression-baseline grid, harness.baseline), each failure with the command that reproduces it,
+the regression-baseline comparison if one ran, and the SHA-256 of the golden fixture set, so the
+certificate names exactly which frozen answers it was checked against.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance.harness.clause import CATALOG, info_of
+
+FORMAT = 1
+_FAILS = pytest.StashKey[dict]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.getgroup("sdpa-conformance").addoption(
+        "--certificate", metavar="PATH", default=None,
+        help="write a conformance certificate to PATH (JSON) and PATH with .md (Markdown)")
+
+
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    rep = yield
+    if not item.config.getoption("certificate") or not rep.failed:
+        return rep
+    info = info_of(getattr(item, "function", None)) if hasattr(item, "function") else None
+    if info is None:
+        return rep
+    from conformance.harness.plugin import reproduce_command
+
+    text = ""
+    exc = getattr(call, "excinfo", None)
+    if exc is not None:
+        text = str(exc.value)
+    item.config.stash.setdefault(_FAILS, {})[item.nodeid] = {
+        "reproduce": reproduce_command(item), "message": text[:3000]}
+    return rep
+
+
+def _clause_outcome(rows: list[dict]) -> tuple[str, str]:
+    """(outcome, detail) of one clause over the dtypes it ran with."""
+    outs = [r["outcome"] for r in rows]
+    def dts(kind):
+        return ", ".join(str(r["dtype"]) for r in rows if r["outcome"] == kind and r["dtype"])
+    if "failed" in outs:
+        return "fail", f"failed: {dts('failed') or 'all'}"
+    if "passed" in outs:
+        na = [r for r in rows if r["outcome"] != "passed"]
+        detail = f"passed: {dts('passed') or 'yes'}"
+        if na:
+            detail += "; not applicable: " + "; ".join(
+                f"{r['dtype'] or ''} ({r['reason']})".strip() for r in na)
+        return "pass", detail
+    reasons = sorted({r["reason"] for r in rows if r["reason"]})
+    kind = "not applicable" if any(r["outcome"] == "not applicable" for r in rows) else "skipped"
+    return kind, "; ".join(reasons)
+
+
+def _error_stats(config: pytest.Config, spec: str, impl: Any, base: dict) -> tuple[dict, str]:
+    if base.get("per_dtype"):
+        return base["per_dtype"], "regression-baseline grid (this run's --baseline comparison)"
+    from conformance.harness import baseline
+
+    try:
+        run = baseline.run_grid(impl)
+    except (Exception, pytest.skip.Exception, pytest.fail.Exception) as exc:  # noqa: BLE001
+        return {}, f"could not be measured: {type(exc).__name__}: {exc}"
+    return run.per_dtype, "regression-baseline grid (harness.baseline.grid), max/mean/p99 of |out - oracle|"
+
+
+def build(config: pytest.Config) -> dict:
+    from conformance import SPEC_REVISION, __version__, fixtures
+    from conformance.harness import baseline
+    from conformance.harness.impl import Impl
+    from conformance.harness.plugin import get_state
+
+    state = get_state(config)
+    fails = config.stash.get(_FAILS, {})
+    golden_dir = fixtures.default_dir()
+    _, problems = fixtures.check_hashes(golden_dir)
+    base_results = baseline.results(config)
+    doc: dict[str, Any] = {
+        "format": FORMAT,
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "suite": {"version": __version__, "spec_revision": SPEC_REVISION},
+        "command": "pytest " + " ".join(config.invocation_params.args),
+        "profile": state.profile if state else None,
+        "golden_set": {"directory": str(golden_dir), "sha256": fixtures.set_hash(golden_dir),
+                       "hashes_ok": not problems, "problems": problems},
+        "adapters": {},
+    }
+    for spec, res in (state.resolved.items() if state else []):
+        rows = [r for r in state.results if r["impl"] == spec]
+        entry: dict[str, Any] = {"spec": spec}
+        if res.adapter is None or res.reason:
+            entry.update(verdict="NOT RUN", reason=f"unavailable here: {res.reason}")
+            doc["adapters"][spec] = entry
+            continue
+        impl = state.impls.get(spec) or Impl(res.adapter, spec=spec, timeout=state.timeout)
+        by_clause: dict[str, list[dict]] = {}
+        for r in rows:
+            by_clause.setdefault(r["clause"], []).append(r)
+        clauses = {}
+        for cid in sorted(set(by_clause) | set(CATALOG)):
+            info = CATALOG.get(cid)
+            meta = {"title": info.title if info else "", "source": info.source.cite() if info else ""}
+            if cid not in by_clause:
+                clauses[cid] = {**meta, "outcome": "not run", "detail": "not collected or deselected in this run",
+                                "by_dtype": {}}
+                continue
+            outcome, detail = _clause_outcome(by_clause[cid])
+            clauses[cid] = {**meta, "outcome": outcome, "detail": detail,
+                            "by_dtype": {str(r["dtype"]): {"outcome": r["outcome"], "reason": r["reason"]}
+                                         for r in by_clause[cid]}}
+        counts: dict[str, int] = {}
+        for c in clauses.values():
+            counts[c["outcome"]] = counts.get(c["outcome"], 0) + 1
+        failures = [
+            {"clause": r["clause"], "dtype": r["dtype"], "nodeid": r["nodeid"],
+             **fails.get(r["nodeid"], {"reproduce": "", "message": ""})}
+            for r in rows if r["outcome"] == "failed"
+        ]
+        base = base_results.get(spec, {})
+        stats, stats_source = _error_stats(config, spec, impl, base)
+        verdict = "DOES NOT CONFORM" if counts.get("fail") else ("CONFORMS" if counts.get("pass") else "NOT RUN")
+        entry.update(
+            name=impl.name, verdict=verdict, counts=counts, declaration=impl.declaration.as_dict(),
+            environment=baseline.environment(impl.adapter), clauses=clauses, failures=failures,
+            error_stats=stats, error_stats_source=stats_source,
+            baseline={k: v for k, v in base.items() if k != "per_dtype"} or None,
+        )
+        doc["adapters"][spec] = entry
+    return doc
+
+
+# -- Markdown ----------------------------------------------------------------------------------
+_MARK = {"pass": "pass", "fail": "**FAIL**", "not applicable": "n/a", "skipped": "skipped", "not run": "not run"}
+
+
+def _esc(s: Any) -> str:
+    return str(s).replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(doc: dict) -> str:
+    out = []
+    for spec, a in doc["adapters"].items():
+        out.append(f"# SDPA conformance certificate: `{spec}`\n")
+        if a["verdict"] == "NOT RUN" and "clauses" not in a:
+            out.append(f"**Verdict: NOT RUN** ({a.get('reason', '')})\n")
+            continue
+        c = a["counts"]
+        out.append(f"**Verdict: {a['verdict']}**: {c.get('pass', 0)} clauses passed, {c.get('fail', 0)} failed, "
+                   f"{c.get('not applicable', 0)} not applicable, {c.get('skipped', 0)} skipped, {c.get('not run', 0)} not run.\n")
+        out.append("The verdict holds for the declaration below: a clause the declaration rules out is *not "
+                   "applicable* (reason given) and says nothing about the kernel. Outputs are compared with a "
+                   "float64 oracle under the tolerance rule of `conformance/harness/tolerance.py`.\n")
+        g = doc["golden_set"]
+        out.append("| | |\n|---|---|")
+        out += [
+            f"| suite | sdpa-conformance {doc['suite']['version']} |",
+            f"| spec revision | {_esc(doc['suite']['spec_revision'])} |",
+            f"| golden fixture set (sha256 of manifest) | `{g['sha256']}` ({'hashes verified' if g['hashes_ok'] else 'HASH PROBLEMS: ' + _esc('; '.join(g['problems']))}) |",
+            f"| command | `{_esc(doc['command'])}` |",
+            f"| hypothesis profile | {doc.get('profile')} |",
+            f"| date | {doc['date']} |",
+        ]
+        env = a["environment"]
+        out.append("\n## Environment\n\n| | |\n|---|---|")
+        out += [f"| {k} | {_esc(env[k])} |" for k in ("platform", "machine", "processor", "python", "device")]
+        out += [f"| {lib} | {v} |" for lib, v in env["libraries"].items()]
+        out.append("\n## Declaration\n\n| field | value |\n|---|---|")
+        out += [f"| {k} | {_esc(v)} |" for k, v in a["declaration"].items() if k != "notes"]
+        if a["declaration"].get("notes"):
+            out.append(f"\nNotes: {a['declaration']['notes']}")
+        out.append("\n## Clauses\n\n| clause | result | detail | what it checks |\n|---|---|---|---|")
+        for cid, cl in a["clauses"].items():
+            out.append(f"| {cid} | {_MARK.get(cl['outcome'], cl['outcome'])} | {_esc(cl['detail'])} | {_esc(cl['title'])} |")
+        out.append("\n## Error against the float64 oracle, per dtype\n")
+        out.append(f"Source: {a['error_stats_source']}.\n")
+        if a["error_stats"]:
+            out.append("| dtype | max abs error | mean abs error | 99th percentile |\n|---|---|---|---|")
+            for d, s in a["error_stats"].items():
+                out.append(f"| {d} | {s['max']:.3g} | {s['mean']:.3g} | {s['p99']:.3g} |")
+        b = a.get("baseline")
+        if b:
+            out.append("\n## Regression baseline\n")
+            if "recorded" in b:
+                out.append(f"Recorded to `{b['recorded']}` in this run.")
+            else:
+                out.append(f"Compared against `{b['directory']}`: **{'no drift' if b['passed'] else 'MOVED'}**.")
+                if b.get("environment_changes"):
+                    out.append("Environment changes since the recording: " + "; ".join(b["environment_changes"]))
+                for p in b.get("problems", []):
+                    out.append("\n```\n" + p + "\n```")
+        out.append("\n## Failures\n")
+        if not a["failures"]:
+            out.append("None.")
+        for f in a["failures"]:
+            out.append(f"### {f['clause']} [{f['dtype']}]\n\nReproduce: `{f['reproduce']}`\n\n```\n{f['message']}\n```")
+        out.append("")
+    return "\n".join(out) + "\n"
+
+
+def write(config: pytest.Config, path: Path) -> tuple[Path, Path]:
+    doc = build(config)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=1, sort_keys=False, default=str) + "\n")
+    md = path.with_suffix(".md") if path.suffix != ".md" else path.with_name(path.name + ".md")
+    md.write_text(render_markdown(doc))
+    return path, md
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    target = session.config.getoption("certificate")
+    if not target or session.config.getoption("collectonly"):
+        return
+    paths = write(session.config, Path(target))
+    session.config.stash[_PATHS] = paths
+
+
+_PATHS = pytest.StashKey[tuple]()
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    paths = config.stash.get(_PATHS, None)
+    if paths:
+        terminalreporter.write_line(f"certificate written: {paths[0]} and {paths[1]}")

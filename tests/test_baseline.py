@@ -1,0 +1,68 @@
+"""Self-tests of the regression baselines: committed ones pass, a 1e-3 drift fails with a table."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conformance.harness import baseline
+from conformance.harness.impl import Impl
+from conformance.harness.registry import resolve
+from tests.mutants import MUTANTS
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMITTED = ROOT / "fixtures" / "regression"
+
+
+def _impl(adapter, spec="kernel"):
+    return Impl(adapter, spec=spec, timeout=0)
+
+
+@pytest.mark.parametrize("spec", ["numpy", "torch-eager", "torch-sdpa", "torch-sdpa-math", "torch-sdpa-flash"])
+def test_committed_baseline_passes(spec):
+    res = resolve(spec)
+    if res.adapter is None or res.reason:
+        pytest.skip(f"{spec} unavailable: {res.reason}")
+    loaded = baseline.load(COMMITTED, spec)
+    assert loaded is not None, f"no committed baseline for {spec}"
+    meta, recorded = loaded
+    assert baseline.compare_run(meta, recorded, baseline.run_grid(_impl(res.adapter, spec))) == []
+
+
+def test_rerun_passes_and_drift_fails_with_table(tmp_path):
+    baseline.record(tmp_path, "kernel", _impl(MUTANTS["base"]()))
+    meta, recorded = baseline.load(tmp_path, "kernel")
+    assert baseline.compare_run(meta, recorded, baseline.run_grid(_impl(MUTANTS["base"]()))) == []
+    problems = baseline.compare_run(meta, recorded, baseline.run_grid(_impl(MUTANTS["output_drift_1e-3"]())))
+    text = "\n\n".join(problems)
+    assert "outputs that drifted" in text and "self/plain/float32" in text and "float64" in text
+    assert "error statistics" in text and "ratio" in text
+    print(text)
+
+
+def test_missing_baseline_is_a_clear_skip(tmp_path):
+    assert baseline.load(tmp_path, "nothing") is None
+
+
+def test_pytest_items_end_to_end(tmp_path):
+    """The options add items; the drifted kernel's run fails and prints the table."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    base = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "conformance/clauses/test_worked_example.py",
+            "-k", "baseline"]
+    rec = subprocess.run(base + ["--impl=tests.mutants:BaseKernel", f"--record-baseline={tmp_path}"],
+                         cwd=ROOT, env=env, capture_output=True, text=True)
+    assert rec.returncode == 0, rec.stdout + rec.stderr
+    assert (tmp_path / "tests.mutants_BaseKernel" / "baseline.json").is_file()
+    spec = "tests.mutants_golden:OutputDrift"
+    (tmp_path / "tests.mutants_golden_OutputDrift").symlink_to(tmp_path / "tests.mutants_BaseKernel")
+    cmp_ = subprocess.run(base + [f"--impl={spec}", f"--baseline={tmp_path}"],
+                          cwd=ROOT, env=env, capture_output=True, text=True)
+    assert cmp_.returncode == 1, cmp_.stdout + cmp_.stderr
+    assert "moved against its baseline" in cmp_.stdout and "outputs that drifted" in cmp_.stdout
+    skip = subprocess.run(base + ["-rs", "--impl=numpy", f"--baseline={tmp_path}"],
+                          cwd=ROOT, env=env, capture_output=True, text=True)
+    assert skip.returncode == 0 and "no baseline in" in skip.stdout, skip.stdout

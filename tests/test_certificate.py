@@ -1,0 +1,64 @@
+"""Self-tests of ``--certificate`` and ``python -m conformance.certificates compare``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from conformance import fixtures
+from conformance.certificates import render_compare
+
+ROOT = Path(__file__).resolve().parents[1]
+CLAUSES = ["conformance/clauses/test_worked_example.py", "conformance/clauses/test_golden.py"]
+
+
+def _run(tmp_path: Path, impl: str, name: str) -> tuple[subprocess.CompletedProcess, Path]:
+    path = tmp_path / f"{name}.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *CLAUSES, f"--impl={impl}",
+         f"--certificate={path}"],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
+    return proc, path
+
+
+def test_certificate_of_a_conforming_and_a_drifting_kernel(tmp_path):
+    ok, good = _run(tmp_path, "numpy", "numpy")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    doc = json.loads(good.read_text())
+    a = doc["adapters"]["numpy"]
+    assert a["verdict"] == "CONFORMS"
+    assert a["clauses"]["GOLDEN-01"]["outcome"] == "pass"
+    assert a["clauses"]["WORKED-EXAMPLE-01"]["outcome"] == "pass"
+    assert set(a["error_stats"]) == {"float64", "float32", "float16", "bfloat16"}
+    assert doc["golden_set"]["sha256"] == fixtures.set_hash() and doc["golden_set"]["hashes_ok"]
+    assert a["environment"]["libraries"]["numpy"] and a["declaration"]["all_blocked"] == "zeros"
+    md = good.with_suffix(".md").read_text()
+    assert "**Verdict: CONFORMS**" in md and "| GOLDEN-01 | pass |" in md and fixtures.set_hash() in md
+
+    bad, drift = _run(tmp_path, "tests.mutants_golden:OutputDrift", "drift")
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    b = json.loads(drift.read_text())["adapters"]["tests.mutants_golden:OutputDrift"]
+    assert b["verdict"] == "DOES NOT CONFORM"
+    golden_fail = [f for f in b["failures"] if f["clause"] == "GOLDEN-01"]
+    assert golden_fail and "--impl=tests.mutants_golden:OutputDrift" in golden_fail[0]["reproduce"]
+    assert "disagree with their stored answers" in golden_fail[0]["message"]
+    md = drift.with_suffix(".md").read_text()
+    assert "DOES NOT CONFORM" in md and "Reproduce: `pytest" in md
+
+    table = render_compare([good, drift])
+    assert "| clause | numpy (numpy) | tests.mutants_golden:OutputDrift (drift) |" in table
+    assert "| GOLDEN-01 | pass | **FAIL** (" in table
+
+
+def test_compare_cli(tmp_path):
+    doc = {"date": "d", "golden_set": {"sha256": "ab" * 32},
+           "adapters": {"k": {"verdict": "CONFORMS", "clauses": {"X-01": {"outcome": "not applicable", "detail": "r"}},
+                              "error_stats": {}, "environment": {"device": "cpu"}}}}
+    p = tmp_path / "a.json"
+    p.write_text(json.dumps(doc))
+    out = subprocess.run([sys.executable, "-m", "conformance.certificates", "compare", str(p)], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert out.returncode == 0 and "| X-01 | n/a |" in out.stdout
