@@ -56,6 +56,34 @@ import jax.numpy as jnp
 
 from conformance.contract import Case, Declaration, NotApplicable, np_dtype
 
+
+def _enable_compilation_cache() -> str | None:
+    """Keep XLA's compiled executables on disk between runs.
+
+    A certification run meets a few hundred distinct shapes and each costs XLA ~0.3 s to compile
+    on this CPU; in an edit loop the second run reuses them (measured: 2.6 s -> 0.4 s for six
+    shapes). The executables are the very ones jit would build, so results are unchanged. Set
+    SDPA_CONFORMANCE_JAX_CACHE=0 to opt out, or to a directory to choose where; a cache dir the
+    user configured for jax already is left alone.
+    """
+    import os
+
+    choice = os.environ.get("SDPA_CONFORMANCE_JAX_CACHE", "")
+    if choice == "0" or jax.config.jax_compilation_cache_dir:
+        return None
+    path = choice or os.path.join(os.path.expanduser("~"), ".cache", "sdpa-conformance", "jax")
+    try:
+        os.makedirs(path, exist_ok=True)
+        jax.config.update("jax_compilation_cache_dir", path)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    except Exception:  # noqa: BLE001 - a cache is an optimisation; never fail the adapter for it
+        return None
+    return path
+
+
+COMPILATION_CACHE = _enable_compilation_cache()
+
 __all__ = ["JaxAttention", "xla", "cudnn"]
 
 
