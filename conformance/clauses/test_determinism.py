@@ -1,0 +1,83 @@
+"""Determinism and batch invariance, as declared tiers (003_648455d5abd16778.txt §边界与失败方式).
+
+The spec does not ask for bitwise reproducibility: "精确注意力" is not "逐 bit 相同", and different
+fusion orders may differ within tolerance. Bitwise equality is a *tier* a kernel may declare
+(``deterministic``, ``batch_invariant``), and these clauses hold it to exactly what it declared.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from conformance.harness.cases import random_case, random_mask
+from conformance.harness.clause import Source, clause
+from conformance.harness.impl import Impl
+from conformance.harness.report import fail
+
+NOT_BITWISE = Source(
+    "003",
+    "边界与失败方式",
+    "FP16/BF16 下不同融合顺序会产生允许范围内的数值差异；“精确注意力”不表示逐 bit 相同。",
+)
+
+
+def _needs(impl: Impl, field: str) -> None:
+    if not getattr(impl.declaration, field):
+        impl.not_applicable(f"declares {field}=False: bitwise equality is not claimed (the spec does not require it)")
+
+
+def _first_difference(a: np.ndarray, b: np.ndarray) -> str:
+    diff = ~((a == b) | (np.isnan(a.astype(np.float64)) & np.isnan(b.astype(np.float64))))
+    idx = tuple(int(i) for i in np.argwhere(diff)[0])
+    return (f"{int(diff.sum())} of {a.size} elements differ; first at {list(idx)}: "
+            f"{float(a[idx])!r} vs {float(b[idx])!r}")
+
+
+@clause(
+    "DETERMINISM-01",
+    "repeated calls on the same input are bitwise equal (forward, and backward where declared), for a kernel declaring deterministic",
+    NOT_BITWISE,
+    requires=["deterministic"],
+    kills=["nondeterministic_noise"],
+)
+def test_repeatable(impl, dtype):
+    _needs(impl, "deterministic")
+    B, T, S = 2, 9, 40
+    case = random_case(80, B=B, Hq=2, T=T, S=S, Dk=16, Dv=16, dtype=dtype,
+                       mask=random_mask(80, (B, 1, T, S)) if impl.declaration.bool_mask else None)
+    impl.require(case)
+    outs = [impl.forward(case) for _ in range(3)]
+    for i, o in enumerate(outs[1:], start=2):
+        if not np.array_equal(outs[0], o, equal_nan=True):
+            fail(f"call {i} differs from call 1 (declared deterministic): {_first_difference(outs[0], o)}", case)
+    if impl.declaration.grad:
+        g = random_case(81, B=B, Hq=2, T=T, S=1, Dk=16, dtype=dtype).query
+        first, again = impl.vjp(case, g), impl.vjp(case, g)
+        for name, a, b in zip(("dq", "dk", "dv"), first, again):
+            if not np.array_equal(a, b, equal_nan=True):
+                fail(f"{name} of the second backward differs from the first (declared deterministic): "
+                     f"{_first_difference(a, b)}", case)
+
+
+@clause(
+    "BATCH-INVARIANT-02",
+    "a batch item's output is bitwise the same alone and inside batches of other sizes and contents, for a kernel declaring batch_invariant",
+    NOT_BITWISE,
+    requires=["batch_invariant"],
+    kills=["batch_dependent_reduction"],
+)
+def test_batch_invariant(impl, dtype):
+    _needs(impl, "batch_invariant")
+    T, S, H, D = 16, 48, 2, 32
+    item = random_case(82, B=1, Hq=H, T=T, S=S, Dk=D, Dv=D, dtype=dtype)
+    impl.require(item)
+    alone = impl.forward(item)
+    for B, pos in ((2, 1), (5, 3)):
+        crowd = random_case(83 + B, B=B, Hq=H, T=T, S=S, Dk=D, Dv=D, dtype=dtype)
+        q, k, v = (np.array(a, copy=True) for a in (crowd.query, crowd.key, crowd.value))
+        q[pos], k[pos], v[pos] = item.query[0], item.key[0], item.value[0]
+        batch = crowd.replace(query=q, key=k, value=v, label=f"item placed at {pos} of a batch of {B}")
+        got = impl.forward(batch)[pos:pos + 1]
+        if not np.array_equal(got, alone, equal_nan=True):
+            fail(f"the item's output at position {pos} of a batch of {B} differs from its output alone "
+                 f"(declared batch_invariant): {_first_difference(got, alone)}", batch)

@@ -1,0 +1,144 @@
+"""The backward pass (000_f3dcd408372d9e02.txt §8, 003 §逐步推导): dQ, dK, dV match the analytic VJP.
+
+The oracle's VJP is float64 and analytic (dS = P * (dP - rowsum(dP * P)), dQ = scale * dS K,
+dK = scale * dS^T Q summed over the query heads of a GQA group, dV = P^T dO likewise summed), on the
+inputs the kernel receives. The gradient tolerance is ``harness.tolerance.grad_allowed``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from conformance.contract import Case
+from conformance.harness import compare
+from conformance.harness.cases import random_case, random_mask
+from conformance.harness.clause import Source, clause
+from conformance.harness.impl import Impl
+from conformance.harness.report import check
+
+BACKWARD = Source(
+    "003",
+    "逐步推导",
+    "反向传播需要用到 Softmax 输出或等价统计量。",
+)
+CHECK_GRADS = Source(
+    "003",
+    "工程实现",
+    "验证时应固定 B、h、T_q、T_k、d、dtype、is_causal，分别检查输出容差、反向梯度、峰值显存和延迟。",
+)
+NAN_BACKWARD = Source(
+    "000",
+    "§8 为什么在点积之前提高精度",
+    "只在 softmax 后把 NaN 替换为 0 也不够稳妥：反向传播仍可能经过产生 NaN 的节点。",
+)
+GRAD_RULE = "FUDGE*(eps*sqrt(n)*max|g| + atol) + rtol*|g|, n the reduction length (harness.tolerance.grad_allowed)"
+
+
+def _needs_grad(impl: Impl) -> None:
+    if not impl.declaration.grad:
+        impl.not_applicable("declares grad=False")
+
+
+def _grad_out(case: Case, seed: int) -> np.ndarray:
+    return random_case(seed, B=case.B, Hq=case.Hq, T=case.T, S=1, Dk=case.Dv, dtype=case.dtype).query
+
+
+def _supported(impl: Impl, cases: list[Case]) -> list[Case]:
+    runnable = [c for c in cases if impl.supports(c)]
+    if not runnable:
+        impl.not_applicable("; ".join(impl.declaration.not_supported_reasons(cases[0])))
+    return runnable
+
+
+def vjp_cases(dtype: str, seed: int = 70) -> list[Case]:
+    """T != S and Dk != Dv, then a per-item mask, then causal, then a custom scale: each case adds one
+    feature, so a kernel that supports only some of them is still checked on those."""
+    B, H, T, S = 2, 2, 5, 7
+    return [
+        random_case(seed, B=B, Hq=H, T=T, S=S, Dk=8, Dv=6, dtype=dtype, label="plain"),
+        random_case(seed, B=B, Hq=H, T=T, S=S, Dk=8, Dv=8, dtype=dtype, label="plain Dk=Dv"),
+        random_case(seed + 1, B=B, Hq=H, T=T, S=S, Dk=8, Dv=8, dtype=dtype,
+                    mask=random_mask(seed + 1, (B, 1, T, S), p_blocked=0.4), label="mask"),
+        random_case(seed + 2, B=B, Hq=H, T=S, S=S, Dk=8, Dv=8, dtype=dtype, is_causal=True, label="causal"),
+        random_case(seed + 3, B=B, Hq=H, T=T, S=S, Dk=8, Dv=8, dtype=dtype, scale=0.3, label="scale"),
+    ]
+
+
+@clause(
+    "GRAD-VJP-01",
+    "dQ, dK and dV match the oracle's VJP (plain, masked, causal, custom scale), in every supported dtype",
+    CHECK_GRADS,
+    requires=["grad"],
+    kills=["grad_no_softmax_row_term", "grad_dq_missing_scale",
+           "grad_no_softmax_row_term@bfloat16", "grad_dq_missing_scale@float16"],
+    tolerance=GRAD_RULE,
+)
+def test_vjp_matches_oracle(impl, dtype):
+    _needs_grad(impl)
+    cases = _supported(impl, vjp_cases(dtype))
+    if cases[0].label == "plain":  # the Dk == Dv variant only stands in for kernels that need Dk == Dv
+        cases = [c for c in cases if c.label != "plain Dk=Dv"]
+    for i, case in enumerate(cases):
+        compare.assert_vjp_matches(impl, case, _grad_out(case, 170 + i))
+
+
+def gqa_cases(dtype: str, seed: int = 75) -> list[Case]:
+    B, Hq, Hkv, T, S = 2, 6, 2, 3, 6
+    return [
+        random_case(seed, B=B, Hq=Hq, Hkv=Hkv, T=T, S=S, Dk=8, Dv=8, dtype=dtype,
+                    mask=random_mask(seed, (B, Hq, T, S), p_blocked=0.3), label="gqa mask"),
+        random_case(seed + 1, B=B, Hq=Hq, Hkv=Hkv, T=T, S=S, Dk=8, Dv=8, dtype=dtype, is_causal=True,
+                    label="gqa causal"),
+    ]
+
+
+@clause(
+    "GRAD-GQA-02",
+    "with GQA, dK and dV of a kv head sum the contributions of every query head in its group",
+    BACKWARD,
+    requires=["grad", "gqa"],
+    kills=["grad_dk_not_summed_over_group", "grad_dk_not_summed_over_group@bfloat16"],
+    tolerance=GRAD_RULE,
+)
+def test_vjp_gqa(impl, dtype):
+    _needs_grad(impl)
+    if not impl.declaration.gqa:
+        impl.not_applicable("declares gqa=False")
+    for i, case in enumerate(_supported(impl, gqa_cases(dtype))):
+        compare.assert_vjp_matches(impl, case, _grad_out(case, 175 + i))
+
+
+def blocked_causal_case(dtype: str, gqa: bool, seed: int = 78) -> Case:
+    """Left padding plus causal: query 0 of item 0 may only see key 0, which is padding, so its row is
+    all blocked (the usual way such rows arise in a decoder batch)."""
+    B, T, S = 2, 5, 5
+    Hq, Hkv = (4, 2) if gqa else (2, 2)
+    padding = np.zeros((B, 1, 1, S), dtype=bool)
+    padding[0, ..., :1] = True
+    padding[1, ..., :2] = True
+    return random_case(seed, B=B, Hq=Hq, Hkv=Hkv, T=T, S=S, Dk=8, Dv=8, dtype=dtype, mask=padding,
+                       is_causal=True, label="left padding + causal")
+
+
+@clause(
+    "GRAD-ALL-BLOCKED-CAUSAL-03",
+    "rows all blocked by causal + padding (with GQA where declared) give zero dQ and finite gradients matching the oracle",
+    NAN_BACKWARD,
+    requires=["grad", "bool_mask", "causal"],
+    kills=["nan_backward_all_blocked"],
+    tolerance=GRAD_RULE + "; dQ of an all-blocked query row must be exactly 0",
+)
+def test_all_blocked_causal_backward(impl, dtype):
+    _needs_grad(impl)
+    decl = impl.declaration
+    if decl.all_blocked == "nan":
+        impl.not_applicable("declares all_blocked=nan: its backward through those rows is NaN by declaration")
+    case = blocked_causal_case(dtype, gqa=decl.gqa)
+    impl.require(case)
+    dq, _, _ = compare.assert_vjp_matches(impl, case, _grad_out(case, 178))
+    empty = compare.expected(case, decl).all_blocked
+    check(bool(empty.any()), "the case was built to contain all-blocked rows", case)
+    rows = np.asarray(dq, dtype=np.float64)[empty]
+    check(bool(np.all(rows == 0)),
+          f"dQ of all-blocked query rows must be exactly 0 (the output there does not depend on Q); "
+          f"max |dQ| there {np.max(np.abs(rows)):.3g}", case)

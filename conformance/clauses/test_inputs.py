@@ -1,0 +1,81 @@
+"""The kernel reads its inputs and nothing else: it never writes them, and their memory layout
+does not change the answer (003_648455d5abd16778.txt §工程实现: "非连续张量、隐式复制或额外的 transpose
+可能吞掉融合收益" — layouts are a performance question, never a correctness one).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from conformance.harness import compare, tolerance
+from conformance.harness.cases import random_case, random_mask, rng_for
+from conformance.harness.clause import Source, clause
+from conformance.harness.report import ClauseViolation, fail, mismatch_report
+
+LAYOUT = Source("003", "工程实现", "若结果异常，先核对实际 backend 和输入布局，再看 kernel 本身。")
+ROLES = Source("000", "§1 最小直觉：一次带权检索", "Query：我现在想找什么；")
+
+
+@clause(
+    "INPUTS-UNTOUCHED-01",
+    "the kernel never modifies its inputs (q, k, v, mask, bias, and the output cotangent of the backward)",
+    ROLES,
+    kills=["scales_query_in_place"],
+)
+def test_inputs_untouched(impl, dtype):
+    decl = impl.declaration
+    B, H, T, S = 2, 2, 4, 6
+    case = random_case(90, B=B, Hq=H, T=T, S=S, Dk=8, Dv=8, dtype=dtype,
+                       mask=random_mask(90, (B, 1, T, S)) if decl.bool_mask else None,
+                       bias=rng_for(91).standard_normal((T, S)) if decl.float_mask else None)
+    impl.require(case)
+    arrays = {"query": case.query, "key": case.key, "value": case.value, "mask": case.mask, "bias": case.bias}
+    before = {n: np.array(a, copy=True) for n, a in arrays.items() if a is not None}
+    calls = [("forward", lambda: impl.forward(case))]
+    if decl.grad:
+        g = random_case(92, B=B, Hq=H, T=T, S=1, Dk=8, dtype=dtype).query
+        before["grad_out"], arrays["grad_out"] = np.array(g, copy=True), g
+        calls.append(("vjp", lambda: impl.vjp(case, g)))
+    for what, call in calls:
+        call()  # the guarded call already fails on a modified input; the check below names the clause's own view
+        for name, snap in before.items():
+            if not np.array_equal(snap, np.asarray(arrays[name]), equal_nan=True):
+                fail(f"{what} modified its input {name!r} in place", case)
+
+
+def _strided(x: np.ndarray, how: str) -> np.ndarray:
+    """The same values as ``x`` [B,H,L,D] in a non-contiguous view."""
+    if how == "BTHD":  # built as [B,L,H,D] (the projection layout) and viewed as [B,H,L,D]
+        view = np.swapaxes(np.ascontiguousarray(np.swapaxes(x, 1, 2)), 1, 2)
+    elif how == "every-other":  # every other column of a twice-wide array
+        wide = np.zeros(x.shape[:-1] + (2 * x.shape[-1],), dtype=x.dtype)
+        wide[..., ::2] = x
+        view = wide[..., ::2]
+    else:  # "reversed": a negative stride along the sequence axis
+        view = np.ascontiguousarray(x[:, :, ::-1])[:, :, ::-1]
+    assert np.array_equal(view, x) and not view.flags.c_contiguous
+    return view
+
+
+@clause(
+    "INPUTS-LAYOUT-02",
+    "non-contiguous views (a [B,T,H,D] array viewed as [B,H,T,D], strided and reversed views) give the "
+    "result of their contiguous copies",
+    LAYOUT,
+    kills=["assumes_c_contiguous"],
+    tolerance="|out(view) - out(copy)| <= 2 * the default rule's allowance (two honest results of one case)",
+)
+def test_layout_independent(impl, dtype):
+    B, H, T, S = 2, 3, 5, 7
+    case = random_case(93, B=B, Hq=H, T=T, S=S, Dk=8, Dv=8, dtype=dtype)
+    impl.require(case)
+    want = impl.forward(case)
+    decl = impl.declaration
+    allowed = 2 * tolerance.allowed(compare.expected(case, decl).out, compare.reference(case, decl), dtype)[0]
+    for how in ("BTHD", "every-other", "reversed"):
+        view = case.replace(query=_strided(case.query, how), key=_strided(case.key, how),
+                            value=_strided(case.value, how), label=f"{how} views")
+        msg = mismatch_report(f"output for {how} views vs contiguous copies", impl.forward(view), want, allowed,
+                              "2 * default rule (harness.tolerance)")
+        if msg:
+            raise ClauseViolation(msg, view)
