@@ -13,13 +13,14 @@ from conformance.harness.clause import Source, clause
 from conformance.harness.report import ClauseViolation, fail, mismatch_report
 
 LAYOUT = Source("003", "工程实现", "若结果异常，先核对实际 backend 和输入布局，再看 kernel 本身。")
-ROLES = Source("000", "§1 最小直觉：一次带权检索", "Query：我现在想找什么；")
+# The article computes on converted copies and never writes the caller's tensors.
+COPIES = Source("000", "§8 最小 PyTorch 实现", "q = query.to(work_dtype)")
 
 
 @clause(
     "INPUTS-UNTOUCHED-01",
     "the kernel never modifies its inputs (q, k, v, mask, bias, and the output cotangent of the backward)",
-    ROLES,
+    COPIES,
     kills=["scales_query_in_place"],
 )
 def test_inputs_untouched(impl, dtype):
