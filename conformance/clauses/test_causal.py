@@ -1,0 +1,120 @@
+"""§7.2 and §9 of 000_f3dcd408372d9e02.txt and 003's decode remark: the causal mask.
+
+The spec fixes the square case (the strict upper triangle is blocked, the diagonal visible) and
+leaves T != S open ("带 KV Cache 的非方阵因果屏蔽也需要考虑位置偏移"): torch and jax align the
+triangle top-left (query i sees keys j <= i), FlashAttention and KV-cache decoders bottom-right
+(j <= i + S - T). A kernel declares its alignment and the oracle follows the declaration; what
+fails is a kernel that does something other than what it declared. Decode (T = 1) is where the two
+alignments differ most: top-left lets the single query see key 0 only, bottom-right every key.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from conformance.harness import compare, tolerance
+from conformance.harness.cases import random_case, random_mask
+from conformance.harness.clause import Source, clause
+from conformance.harness.probes import observe_weights
+from conformance.harness.report import ClauseViolation, fail, mismatch_report
+
+TRIANGLE = Source("000", "§7.2 Causal Mask", "禁止区域是注意力矩阵的严格上三角")
+OFFSET = Source("000", "§9 一个最小 Shape 测试", "带 KV Cache 的非方阵因果屏蔽也需要考虑位置偏移。")
+DECODE = Source("003", "输入与输出", "自回归 Decode 的单步查询通常 T_q=1，而 T_k 随历史长度增长。")
+BOTH = Source("000", "§12 常见误区与代码错误", "前者限制时间方向，后者忽略填充 token，解决的是两个不同问题，训练 Decoder 时常常需要同时使用。")
+
+
+def _check_causal_weights(impl, case) -> None:
+    """Observed weights: exactly zero where the declared causal pattern (and mask) blocks, and equal
+    to the oracle's on every row that has a visible key."""
+    decl = impl.declaration
+    want = compare.expected(case, decl)
+    w = observe_weights(impl, case)
+    live = ~want.all_blocked
+    leaked = want.blocked & live[..., None] & (w != 0)
+    if leaked.any():
+        b, h, t, s = (int(i) for i in np.argwhere(leaked)[0])
+        fail(
+            f"{int(leaked.sum())} positions blocked by the causal mask ({decl.causal_alignment}, as declared) "
+            f"have nonzero weight; first: query {t} reads key {s} (b={b}, h={h}) with weight {w[b, h, t, s]:.6g}",
+            case,
+        )
+    starved = ~want.blocked & live[..., None] & (w == 0) & (want.weights > 1e-3)
+    if starved.any():
+        b, h, t, s = (int(i) for i in np.argwhere(starved)[0])
+        fail(
+            f"{int(starved.sum())} visible positions have weight 0; first: query {t} cannot read key {s} "
+            f"(b={b}, h={h}), which the declared {decl.causal_alignment} causal mask allows",
+            case,
+        )
+    rule = decl.tolerance_dtype(case)
+    allowed, _ = tolerance.allowed(want.weights, None, rule)
+    msg = mismatch_report("causal weights", w, want.weights, np.where(live[..., None], allowed, np.inf),
+                          tolerance.describe(rule))
+    if msg:
+        raise ClauseViolation(msg, case)
+
+
+@clause(
+    "CAUSAL-TRIANGLE-01",
+    "with T == S, is_causal blocks exactly the strict upper triangle: the diagonal and everything below it stay visible",
+    TRIANGLE,
+    requires=["causal"],
+    kills=["causal_sees_future", "causal_off_by_one"],
+)
+def test_causal_triangle(impl, dtype):
+    case = random_case(300, B=2, Hq=2, T=5, S=5, Dk=8, dtype=dtype, is_causal=True)
+    impl.require(case)
+    _check_causal_weights(impl, case)
+    compare.assert_output_matches(impl, case)
+
+
+@clause(
+    "CAUSAL-ALIGN-02",
+    "with T != S (T < S and T > S), is_causal follows the declared alignment (top-left: j <= i; bottom-right: j <= i + S - T)",
+    OFFSET,
+    requires=["causal"],
+    kills=["causal_bottom_right", "declares_bottom_right_runs_top_left"],
+)
+def test_causal_alignment(impl, dtype):
+    for seed, (T, S) in ((310, (3, 7)), (311, (7, 3))):
+        case = random_case(seed, B=1, Hq=2, T=T, S=S, Dk=8, dtype=dtype, is_causal=True,
+                           label=f"causal T={T} S={S}, declared {impl.declaration.causal_alignment}")
+        impl.require(case)
+        _check_causal_weights(impl, case)
+        compare.assert_output_matches(impl, case)
+
+
+@clause(
+    "CAUSAL-DECODE-03",
+    "decode with T = 1 against a growing key history: plain attention reads every key; with is_causal the single query follows the declared alignment",
+    DECODE,
+    kills=["causal_bottom_right", "declares_bottom_right_runs_top_left", "drop_key_tail_tile32"],
+)
+def test_decode_single_query(impl, dtype):
+    for seed, S in ((320, 1), (322, 40)):
+        case = random_case(seed, B=2, Hq=2, T=1, S=S, Dk=16, dtype=dtype, label=f"decode T=1 S={S}")
+        impl.require(case)
+        compare.assert_output_matches(impl, case)
+        if impl.declaration.causal:
+            causal = case.replace(is_causal=True, label=case.label + f" is_causal ({impl.declaration.causal_alignment})")
+            _check_causal_weights(impl, causal)
+            compare.assert_output_matches(impl, causal)
+
+
+@clause(
+    "CAUSAL-WITH-MASK-04",
+    "is_causal together with a boolean mask blocks the union of both, in the declared alignment",
+    BOTH,
+    requires=["causal", "bool_mask"],
+    kills=["mask_ignored_when_causal", "causal_mask_and"],
+)
+def test_causal_with_mask(impl, dtype):
+    for seed, (T, S) in ((330, (6, 6)), (331, (4, 7))):
+        mask = random_mask(seed, (2, 2, T, S), p_blocked=0.35)
+        mask[..., 0] = False  # key 0 is visible to every query under both alignments: no empty rows
+        case = random_case(seed, B=2, Hq=2, T=T, S=S, Dk=8, dtype=dtype, mask=mask, is_causal=True,
+                           label=f"is_causal + [B,H,T,S] mask, T={T} S={S}")
+        impl.require(case)
+        _check_causal_weights(impl, case)
+        compare.assert_output_matches(impl, case)
