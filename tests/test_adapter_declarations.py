@@ -451,6 +451,9 @@ def _invalid_cases(adapter) -> dict[str, Case]:
         "key S != value S": base.replace(value=rng.standard_normal((2, 2, 12, 64)).astype(dt)),
         "Hq not a multiple of Hkv": base.replace(query=rng.standard_normal((2, 3, 16, 64)).astype(dt)),
         "query Dk != key Dk": base.replace(query=rng.standard_normal((2, 2, 16, 32)).astype(dt)),
+        "integer q, k, v": base.replace(query=base.query.astype(np.int32), key=base.key.astype(np.int32),
+                                        value=base.value.astype(np.int32)),
+        "empty query length T = 0": base.replace(query=base.query[:, :, :0]),
     }
 
 

@@ -25,12 +25,26 @@ def test_clause_kills_mutant(clause_id, kill):
     assert killed, f"{clause_id} did not catch mutant {name}: " + "; ".join(f"{d}: {v[:200]}" for d, v in verdicts.items())
 
 
+def _correct_kernels() -> dict:
+    """The unmutated kernels the mutants are derived from; each must pass every clause, so that a
+    mutant's failure is due to its bug alone. The dropout and gradient bases declare more features
+    than ``base``, so the clauses that need those features run on a correct kernel too."""
+    from tests.mutants_catalog_b import DropoutKernel, GradKernel
+
+    return {"base": MUTANTS["base"], "base-dropout": lambda: DropoutKernel("base-dropout"),
+            "base-grad": lambda: GradKernel("base-grad")}
+
+
+CORRECT = _correct_kernels()
+
+
+@pytest.mark.parametrize("kernel", sorted(CORRECT))
 @pytest.mark.parametrize("clause_id", sorted(CATALOG))
-def test_base_kernel_passes(clause_id):
+def test_correct_kernels_pass(clause_id, kernel):
     info = CATALOG[clause_id]
     for d in dtypes_for(info):
-        verdict = run_clause(info, MUTANTS["base"](), d)
-        assert not verdict.startswith("failed"), f"{clause_id} [{d}] fails the correct base kernel: {verdict}"
+        verdict = run_clause(info, CORRECT[kernel](), d)
+        assert not verdict.startswith("failed"), f"{clause_id} [{d}] fails the correct kernel {kernel}: {verdict}"
 
 
 def test_every_mutant_is_killed_by_some_clause():
