@@ -146,7 +146,8 @@ def emulate(
     q, k, v = (np.asarray(x).astype(work) for x in (case.query, case.key, case.value))
     k, v = expand_kv(k, case.Hq), expand_kv(v, case.Hq)
     blocked, bias = blocked_and_bias(case, causal_alignment)
-    scores = (q @ np.swapaxes(k, -1, -2)) * work(case.effective_scale) + bias.astype(work)
+    kt = np.ascontiguousarray(np.swapaxes(k, -1, -2))  # a strided operand makes NumPy skip BLAS
+    scores = (q @ kt) * work(case.effective_scale) + bias.astype(work)
     scores = np.where(blocked, -np.inf, scores).astype(work)
     empty = blocked.all(axis=-1)
     m = np.where(empty, 0.0, scores.max(axis=-1)).astype(work)
