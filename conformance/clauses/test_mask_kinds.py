@@ -225,7 +225,7 @@ def dominant_blocked_case(dtype: str, seed: int, *, as_bias: bool = False) -> Ca
     rng = rng_for(seed)
     c = float(np.sqrt(5e8))  # scale 1/4 at D = 16: scaled score = +-c^2 = +-5e8 * 4 = 2e9
     u = np.where(rng.random(D) < 0.5, -1.0, 1.0)
-    q = np.broadcast_to(c * u, (B, H, T, D))
+    q = np.tile(c * u, (B, H, T, 1))
     blocked = rng.random((B, H, 1, S)) < 0.6
     for b in range(B):
         for h in range(H):
