@@ -20,6 +20,8 @@ MUTANTS: dict[str, Callable[[], object]] = {}
 
 def mutant(name: str) -> Callable[[type], type]:
     def register(cls: type) -> type:
+        if name in MUTANTS:
+            raise ValueError(f"mutant name {name!r} is registered twice: each mutant must be its own bug")
         MUTANTS[name] = lambda: cls(name)
         cls.mutant_name = name
         return cls

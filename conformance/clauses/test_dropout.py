@@ -79,7 +79,7 @@ def test_dropout_values(impl, dtype):
     leaked = want.blocked & (w != 0)
     if leaked.any():
         fail(f"{int(leaked.sum())} blocked positions have non-zero weight under dropout (mask before softmax, §7.3)", case)
-    allowed, _ = tolerance.allowed(scaled, None, dtype)
+    allowed, _ = tolerance.allowed(scaled, None, impl.declaration.tolerance_dtype(case))
     kept = (w != 0) & ~want.blocked
     bad = kept & (np.abs(w - scaled) > allowed)
     if bad.any():
@@ -197,7 +197,7 @@ def test_dropout_mean(impl, dtype):
     u = np.einsum("bhtd,bhsd->bhts", c, ve)
     ranges_sq = float(np.sum((w * u / (1.0 - p)) ** 2))
     t = math.sqrt(ranges_sq * math.log(2.0 / ALPHA) / (2.0 * n_seeds))
-    rounding = float(np.max([np.sum(tolerance.allowed(np.abs(o), None, dtype)[0]) for o in outs]))
+    rounding = float(np.max([np.sum(tolerance.allowed(np.abs(o), None, impl.declaration.tolerance_dtype(case))[0]) for o in outs]))
     err = abs(z - z_want)
     check(
         err <= t + rounding,

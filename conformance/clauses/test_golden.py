@@ -12,7 +12,6 @@ kernel's declaration: its conventions must be among those the fixture encodes, a
 
 from __future__ import annotations
 
-import inspect
 import os
 from pathlib import Path
 
@@ -39,27 +38,14 @@ def golden_dir() -> Path:
     return Path(env) if env else fixtures.default_dir()
 
 
-def _policy(decl, case) -> str:
-    """The all-blocked policy the kernel declares for this case (float-mask-only cases may differ)."""
-    per_case = getattr(decl, "all_blocked_policy", None)
-    return per_case(case) if callable(per_case) else decl.all_blocked
-
-
-def _rule_dtype(decl, case) -> str:
-    """The dtype whose tolerance applies (a kernel may declare float64 computed as float32)."""
-    per_case = getattr(decl, "tolerance_dtype", None)
-    return per_case(case) if callable(per_case) else case.dtype
-
-
 def _check_fixture(impl, fx: fixtures.GoldenFixture) -> list[str]:
     """What this fixture observed wrong (empty: it matched); skips propagate to the caller."""
     case, decl = fx.case, impl.declaration
-    dtype = _rule_dtype(decl, case)
+    dtype = decl.tolerance_dtype(case)
     found = []
     out = impl.forward(case)
-    extra = {"decl": decl} if "decl" in inspect.signature(compare.assert_close).parameters else {}
     try:
-        compare.assert_close("output", out, fx.expected["out"], case, compare.reference(case, decl), **extra)
+        compare.assert_close("output", out, fx.expected["out"], case, compare.reference(case, decl), decl)
     except ClauseViolation as exc:
         found.append(str(exc))
     w = observe_weights(impl, case)
@@ -67,7 +53,7 @@ def _check_fixture(impl, fx: fixtures.GoldenFixture) -> list[str]:
     msg = mismatch_report("weights (observed)", w, fx.expected["weights"], allowed, tolerance.describe(dtype))
     if msg:
         found.append(msg)
-    nan_rows = _policy(decl, case) == "nan" and bool(np.isnan(fx.expected["out"]).any())
+    nan_rows = decl.all_blocked_policy(case) == "nan" and bool(np.isnan(fx.expected["out"]).any())
     if decl.grad and fx.params.get("grad", True) and not nan_rows:
         grads = impl.vjp(case, fx.grad_out)
         g = case.Hq // case.Hkv
@@ -100,7 +86,7 @@ def test_golden(impl, dtype):
              + "\n  ".join(exc.problems))
     decl = impl.declaration
     chosen = [fx for fx in golden
-              if fx.case.dtype == dtype and fx.valid_for(_policy(decl, fx.case), decl.causal_alignment)]
+              if fx.case.dtype == dtype and fx.valid_for(decl.all_blocked_policy(fx.case), decl.causal_alignment)]
     failures: list[tuple[str, str]] = []
     checked, refused = 0, []
     for fx in chosen:

@@ -59,9 +59,10 @@ def test_mask_before_softmax(impl, dtype):
             f"first at {list(idx)}: weight {w[idx]:.6g}",
             case,
         )
-    allowed, _ = tolerance.allowed(want.weights, None, dtype)
+    rule = impl.declaration.tolerance_dtype(case)
+    allowed, _ = tolerance.allowed(want.weights, None, rule)
     msg = mismatch_report("visible weights (renormalised over visible keys)", w, want.weights, allowed,
-                          tolerance.describe(dtype))
+                          tolerance.describe(rule))
     if msg:
         sums = w.sum(axis=-1)
         raise ClauseViolation(f"{msg}\n  row sums: min {sums.min():.6g}, max {sums.max():.6g} (should be 1)", case)
@@ -101,7 +102,7 @@ def test_all_blocked_rows(impl, dtype):
     live = ~empty
     if not np.all(np.isfinite(np.asarray(out, dtype=np.float64)[live])):
         fail("rows with visible keys must be finite", case)
-    compare.assert_close("output", out, want.out, case, compare.reference(case, decl))
+    compare.assert_close("output", out, want.out, case, compare.reference(case, decl), decl)
     w = observe_weights(impl, case)
     if policy == "zeros":
         check(bool(np.all(w[empty] == 0)), "all-blocked rows must have weights exactly 0 (declared all_blocked=zeros)", case)
