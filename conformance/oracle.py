@@ -217,7 +217,7 @@ def forward_blocked(
     block = max(1, min(int(block), S))
     chunk = max(1, min(T, tile_elements // max(1, B * Hq * block)))
     scale = case.effective_scale
-    q, v = _f64(case.query), _f64(case.value)
+    q, v = _f64(case.query) * scale, _f64(case.value)  # scale folded into Q: one pass fewer per tile
     kt = np.ascontiguousarray(np.swapaxes(case.key, -1, -2), dtype=np.float64)  # [B, Hkv, Dk, S], for BLAS
     mask4 = None if case.mask is None else _as4(np.asarray(case.mask, dtype=bool))
     bias4 = None if case.bias is None else _as4(_f64(case.bias))
@@ -235,7 +235,6 @@ def forward_blocked(
             s1 = min(s0 + block, S)
             ss = slice(s0, s1)
             s = np.matmul(qg, kt[..., ss]).reshape(B, Hq, n, s1 - s0)
-            s *= scale
             if bias4 is not None:
                 s += _tile(bias4, ts, ss)
             if mask4 is not None:
