@@ -187,13 +187,26 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return lines
 
 
+def _clause_specs(state: State) -> list[str]:
+    """Adapters the clauses run on. Asked for by name (--impl): all of them, so that every clause
+    of an unavailable one says why it is skipped. By default (every built-in): the available ones;
+    each unavailable built-in is reported once, by test_adapter_availability, with its reason."""
+    if state.explicit:
+        return state.specs
+    return [s for s in state.specs if state.resolved[s].adapter is not None and not state.resolved[s].reason]
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    state = _state(metafunc.config)
+    if getattr(metafunc.function, "sdpa_availability_check", False):
+        metafunc.parametrize("impl_spec", state.specs, ids=state.specs)
+        return
     info = info_of(metafunc.function)
     if info is None:
         return
-    state = _state(metafunc.config)
     if "impl" in metafunc.fixturenames:
-        metafunc.parametrize("impl", state.specs, indirect=True, ids=state.specs)
+        specs = _clause_specs(state)
+        metafunc.parametrize("impl", specs, indirect=True, ids=specs)
     if "dtype" in metafunc.fixturenames:
         from conformance.contract import DTYPES
 
@@ -232,6 +245,12 @@ def impl(request: pytest.FixtureRequest):
     if dtype is not None and dtype not in decl.dtypes:
         pytest.skip(f"not applicable to {handle.name}: declares dtypes {sorted(decl.dtypes)}, not {dtype}")
     return handle
+
+
+def availability(config: pytest.Config, spec: str) -> str | None:
+    """Why adapter ``spec`` cannot run here, or None."""
+    res = _state(config).resolved[spec]
+    return res.reason if (res.adapter is None or res.reason) else None
 
 
 def reproduce_command(item: pytest.Item) -> str:
