@@ -76,3 +76,16 @@ def test_well_behaved_base_passes_the_same_modules(pytester):
         str(CLAUSES / "test_self_consistency.py"), "--impl=tests.mutants:BaseKernel", "-p", "no:cacheprovider",
     )
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-3000:]
+
+
+def test_xdist_summary_aggregates_worker_results(pytester, monkeypatch):
+    """Under ``-n 2`` the per-clause results live in the workers; the controller's summary must still count them."""
+    pytest.importorskip("xdist")
+    monkeypatch.setenv("PYTHONPATH", str(CLAUSES.parents[1]))
+    result = pytester.runpytest_subprocess(
+        str(CLAUSES / "test_worked_example.py"), str(CLAUSES / "test_softmax.py"),
+        "--impl=tests.misbehaving:Raises", "-n", "2", "-p", "no:cacheprovider",
+    )
+    text = result.stdout.str()
+    assert "tests.misbehaving:Raises: DOES NOT CONFORM (4 failed, 4 passed)" in text, text[-3000:]
+    assert "failed clauses: WORKED-EXAMPLE-01 [tests.misbehaving:Raises]" in text
