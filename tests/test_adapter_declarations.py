@@ -13,7 +13,6 @@ their own ``unavailable_reason()`` where no device exists.
 from __future__ import annotations
 
 import importlib
-import math
 
 import numpy as np
 import pytest

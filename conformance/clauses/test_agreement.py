@@ -7,7 +7,6 @@ still shows it. The expected value is always the float64 oracle in the declared 
 
 from __future__ import annotations
 
-import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 

@@ -82,7 +82,7 @@ def test_golden(impl, dtype):
     try:
         golden = fixtures.load_set(golden_dir())
     except fixtures.FixtureError as exc:
-        fail(f"the golden set is not the one its manifest describes, so it cannot vouch for anything:\n  "
+        fail("the golden set is not the one its manifest describes, so it cannot vouch for anything:\n  "
              + "\n  ".join(exc.problems))
     decl = impl.declaration
     chosen = [fx for fx in golden

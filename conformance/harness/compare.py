@@ -94,6 +94,21 @@ def assert_output_matches(impl: Impl, case: Case) -> np.ndarray:
     return out
 
 
+def assert_equivalent(impl: Impl, case: Case, other: Case, why: str) -> tuple[np.ndarray, np.ndarray]:
+    """Two cases that must mean the same thing: each output matches the oracle, and the two outputs
+    match each other within twice the rule's allowance (each may carry one allowance of error)."""
+    out = assert_output_matches(impl, case)
+    out_other = assert_output_matches(impl, other)
+    decl = impl.declaration
+    rule = decl.tolerance_dtype(case)
+    allowed, ref_err = tolerance.allowed(expected(case, decl).out, reference(case, decl), rule)
+    msg = mismatch_report(f"output ({why})", out, out_other, 2 * allowed,
+                          "2 x " + tolerance.describe(rule) + f"; ref_err={ref_err:.3g}")
+    if msg:
+        raise ClauseViolation(msg + f"\n  the other case: {other.describe()}", case)
+    return out, out_other
+
+
 def assert_vjp_matches(impl: Impl, case: Case, grad_out: np.ndarray) -> tuple[np.ndarray, ...]:
     """Run the kernel's VJP and compare dQ, dK, dV with the oracle's analytic VJP.
 
