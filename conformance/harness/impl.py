@@ -22,7 +22,7 @@ from conformance.harness.report import AdapterError
 DEFAULT_TIMEOUT = 120.0
 
 
-def _call_with_timeout(fn: Callable[[], Any], timeout: float, what: str) -> Any:
+def _call_with_timeout(fn: Callable[[], Any], timeout: float, what: str, case: Case | None = None) -> Any:
     """Run ``fn`` in a daemon thread; a hang becomes a failure instead of a stuck suite.
 
     Python cannot kill a thread: a hung kernel keeps its thread (and a core) until the process
@@ -42,7 +42,7 @@ def _call_with_timeout(fn: Callable[[], Any], timeout: float, what: str) -> Any:
     worker.start()
     worker.join(timeout)
     if worker.is_alive():
-        raise AdapterError(f"{what} did not return within {timeout:g} s (--call-timeout); the call was abandoned")
+        raise AdapterError(f"{what} did not return within {timeout:g} s (--call-timeout); the call was abandoned", case)
     if "error" in box:
         raise box["error"]
     return box["value"]
@@ -103,7 +103,7 @@ class Impl:
         snapshots = [(n, np.array(a, copy=True)) for n, a in inputs]
         self.calls += 1
         try:
-            result = _call_with_timeout(fn, self.timeout, f"{self.name}.{what}")
+            result = _call_with_timeout(fn, self.timeout, f"{self.name}.{what}", case)
         except NotApplicable as exc:
             self.not_applicable(f"the kernel refused the case: {exc}")
         except AdapterError:
@@ -135,7 +135,7 @@ class Impl:
         """Call ``forward`` on a case the declaration is NOT consulted for, e.g. a deliberately
         invalid one; returns (result, None) or (None, exception). Hangs still time out."""
         try:
-            return _call_with_timeout(lambda: self.adapter.forward(case), self.timeout, f"{self.name}.forward"), None
+            return _call_with_timeout(lambda: self.adapter.forward(case), self.timeout, f"{self.name}.forward", case), None
         except AdapterError:
             raise
         except Exception as exc:  # noqa: BLE001 - the caller judges the exception

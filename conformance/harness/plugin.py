@@ -21,6 +21,7 @@ from conformance.harness.clause import info_of
 
 _STATE = pytest.StashKey["State"]()
 HYPOTHESIS_PROFILES = ("ci", "thorough")
+DEFAULT_CALL_TIMEOUT = 120.0
 # Optional harness plugins (certificates, baselines, ...) living in their own modules; each is
 # registered when present, so features can be added without touching this file.
 SUBPLUGINS = (
@@ -79,7 +80,7 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
     group.addoption(
         "--call-timeout",
         type=float,
-        default=120.0,
+        default=DEFAULT_CALL_TIMEOUT,
         metavar="SECONDS",
         help="a single kernel call that takes longer fails its clause (0 disables the guard)",
     )
@@ -254,10 +255,12 @@ def availability(config: pytest.Config, spec: str) -> str | None:
 
 
 def reproduce_command(item: pytest.Item) -> str:
+    """One command that reruns exactly this clause test, with every option that changes its inputs."""
     state = _state(item.config)
+    config = item.config
     path = Path(str(item.path))
     try:
-        shown = path.relative_to(Path(item.config.invocation_params.dir))
+        shown = path.relative_to(Path(config.invocation_params.dir))
     except ValueError:
         shown = path
     cmd = ["pytest", f"{shown}::{item.name}"]
@@ -267,7 +270,25 @@ def reproduce_command(item: pytest.Item) -> str:
     cmd += [f"--declare={d}" for d in state.declare]
     if state.profile != "ci":
         cmd.append(f"--conformance-profile={state.profile}")
-    return " ".join(shlex.quote(c) for c in cmd)
+    if state.timeout != DEFAULT_CALL_TIMEOUT:
+        cmd.append(f"--call-timeout={state.timeout:g}")
+    for opt, flag in (("conformance_random_seeds", "--conformance-random-seeds"),):
+        if _getoption(config, opt):
+            cmd.append(flag)
+    seed = _getoption(config, "hypothesis_seed")
+    if seed is not None:
+        cmd.append(f"--hypothesis-seed={seed}")
+    text = " ".join(shlex.quote(c) for c in cmd)
+    if (state.profile != "ci" or _getoption(config, "conformance_random_seeds")) and seed is None:
+        text += "  (random examples: add the @reproduce_failure line printed above, or rerun with --hypothesis-seed)"
+    return text
+
+
+def _getoption(config: pytest.Config, name: str) -> Any:
+    try:
+        return config.getoption(name)
+    except ValueError:  # an option of a plugin that is not loaded
+        return None
 
 
 @pytest.hookimpl(wrapper=True)
