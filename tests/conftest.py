@@ -1,3 +1,15 @@
+import pytest
+
 from tests.clause_runner import load_catalog
 
 load_catalog()
+
+
+@pytest.fixture
+def restore_hypothesis_profile():
+    """In-process pytester runs load hypothesis profiles globally; give the outer session its own back."""
+    from conformance.harness import strategies
+
+    saved = strategies._PROFILE["name"]
+    yield
+    strategies.load_profile(saved)

@@ -13,14 +13,8 @@ import pytest
 pytest_plugins = ["pytester"]
 
 
-@pytest.fixture(autouse=True)
-def _restore_profile():
-    """In-process runs load hypothesis profiles globally; give the outer session its own back."""
-    from conformance.harness import strategies
-
-    saved = strategies._PROFILE["name"]
-    yield
-    strategies.load_profile(saved)
+# In-process pytester runs load hypothesis profiles globally (tests/conftest.py restores ours).
+pytestmark = pytest.mark.usefixtures("restore_hypothesis_profile")
 
 CLAUSE = str(Path(__file__).resolve().parents[1] / "conformance" / "clauses" / "test_worked_example.py")
 
