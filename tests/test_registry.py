@@ -105,3 +105,23 @@ def test_entry_point_adapters_are_listed_and_usable(tmp_path):
     run = run_pytest(["--pyargs", "conformance", "--impl=thirdparty", "-k", "worked_example"], tmp_path, site)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     assert "thirdparty: CONFORMS" in run.stdout
+
+
+def test_property_clause_with_no_applicable_case_is_not_applicable(tmp_path):
+    """A kernel that refuses every generated case makes the property clause not applicable, with
+    the kernel's own reason, rather than a hypothesis error or a silent pass."""
+    (tmp_path / "refuser.py").write_text(textwrap.dedent("""
+        from conformance.contract import NotApplicable
+        from implementations.numpy_kernel import NumpyAdapter
+
+        class Refuser(NumpyAdapter):
+            name = "refuser"
+
+            def forward(self, case):
+                raise NotApplicable("this kernel takes no case at all")
+    """))
+    run = run_pytest(["--pyargs", "conformance", "--impl=refuser:Refuser", "-k", "agrees_with_oracle and float32", "-rs"],
+                     tmp_path, tmp_path)
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert "none of the generated cases applied: the kernel refused the case: this kernel takes no case at all" in run.stdout
+    assert "1 skipped" in run.stdout

@@ -235,6 +235,7 @@ def impl(request: pytest.FixtureRequest):
     if spec not in state.impls:
         state.impls[spec] = Impl(res.adapter, spec=spec, timeout=state.timeout)
     handle = state.impls[spec]
+    handle.rejected.clear()
     info = info_of(request.function)
     decl = handle.declaration
     for req in info.requires if info else ():
@@ -323,6 +324,24 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         )
         rep.sections.insert(0, ("sdpa-conformance", text))
     return rep
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function):
+    """A property-based clause none of whose generated cases the kernel could take is not
+    applicable (with the kernel's reasons), not an error of the suite."""
+    try:
+        return (yield)
+    except Exception as exc:
+        from hypothesis.errors import Unsatisfiable
+
+        impl = pyfuncitem.funcargs.get("impl")
+        if not isinstance(exc, Unsatisfiable) or impl is None or not getattr(impl, "rejected", None):
+            raise
+        from collections import Counter
+
+        common = "; ".join(f"{r} ({n}x)" for r, n in Counter(impl.rejected).most_common(3))
+        pytest.skip(f"not applicable to {impl.name}: none of the generated cases applied: {common}")
 
 
 def _describe_exception(exc: BaseException) -> str:
