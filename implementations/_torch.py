@@ -7,6 +7,8 @@ be able to reach the suite's arrays through shared memory (the harness checks fo
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 
@@ -56,3 +58,52 @@ def blocked_mask(case: Case, device: str = "cpu") -> torch.Tensor | None:
 
 def dtype_of(t: torch.Tensor) -> str:
     return _NAMES.get(t.dtype, str(t.dtype))
+
+
+def causal_blocked(T: int, S: int, alignment: str = "top-left") -> np.ndarray:
+    """[T, S] causal mask, True = blocked: query i sees keys j <= i (+ S - T when bottom-right)."""
+    offset = 0 if alignment == "top-left" else S - T
+    return np.arange(S)[None, :] > np.arange(T)[:, None] + offset
+
+
+def sdpa_kwargs(case: Case, device: str, alignment: str = "top-left", half_bias: str = "float32") -> dict[str, Any]:
+    """The keyword arguments of a ``torch.nn.functional.scaled_dot_product_attention``-style call.
+
+    Why each step: torch's boolean mask means *may attend*, the suite's means *blocked* (``~mask``);
+    torch refuses ``is_causal`` together with ``attn_mask``, so a causal case that also has a mask
+    gets the causal part folded into the mask, in the kernel's declared ``alignment`` (a causal case
+    without a mask passes ``is_causal=True`` through: that is the kernel's own alignment under
+    test); a boolean mask together with a float bias becomes one float mask with ``-inf``.
+    ``half_bias`` is the dtype of a float mask for float16/bfloat16 cases: "float32" keeps the bias
+    exact (torch accepts it), "query" matches the query dtype for functions that insist.
+    ``enable_gqa`` is passed only when Hq != Hkv.
+    """
+    mask = None if case.mask is None else np.asarray(case.mask, dtype=bool)
+    bias = None if case.bias is None else np.asarray(case.bias, dtype=np.float64)
+    is_causal = bool(case.is_causal)
+    if is_causal and (mask is not None or bias is not None):
+        causal = causal_blocked(case.T, case.S, alignment)
+        mask = causal if mask is None else (mask | causal)
+        is_causal = False
+    attn_mask = None
+    if bias is not None:
+        if mask is not None:
+            bias = np.where(mask, -np.inf, bias)
+        if case.dtype == "float64":
+            bias_dtype = torch.float64
+        elif case.dtype in ("float16", "bfloat16") and half_bias == "query":
+            bias_dtype = TORCH_DTYPES[case.dtype]
+        else:
+            bias_dtype = torch.float32
+        attn_mask = torch.from_numpy(np.ascontiguousarray(bias)).to(device=device, dtype=bias_dtype)
+    elif mask is not None:
+        attn_mask = torch.from_numpy(np.ascontiguousarray(~mask)).to(device)
+    kwargs: dict[str, Any] = {
+        "attn_mask": attn_mask,
+        "dropout_p": float(case.dropout_p),
+        "is_causal": is_causal,
+        "scale": case.scale,
+    }
+    if case.Hq != case.Hkv:
+        kwargs["enable_gqa"] = True
+    return kwargs

@@ -19,7 +19,7 @@ together with an additive bias is likewise folded into one float mask with ``-in
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
@@ -36,11 +36,6 @@ FUNCTION_DEFAULTS = Declaration(
     mask_sense="attend",
     notes="plain function with the torch SDPA signature",
 )
-
-
-def _causal_blocked(T: int, S: int, alignment: str) -> np.ndarray:
-    offset = 0 if alignment == "top-left" else S - T
-    return np.arange(S)[None, :] > np.arange(T)[:, None] + offset
 
 
 class FunctionAdapter:
@@ -68,32 +63,14 @@ class FunctionAdapter:
             return "no CUDA device: torch.cuda.is_available() is False"
         return None
 
-    def _mask_arg(self, case: Case, torch: Any):
-        align = self.declaration.causal_alignment
-        causal_here = case.is_causal and (case.mask is not None or case.bias is not None or align != "top-left")
-        blocked = None if case.mask is None else np.asarray(case.mask, dtype=bool)
-        if causal_here:
-            c = _causal_blocked(case.T, case.S, align)
-            blocked = c if blocked is None else (blocked | c)
-        is_causal = case.is_causal and not causal_here
-        if case.bias is None:
-            if blocked is None:
-                return None, is_causal
-            return torch.from_numpy(np.ascontiguousarray(~blocked)).to(self.device), is_causal
-        bias = np.asarray(case.bias, dtype=np.float64)
-        if blocked is not None:
-            bias = np.where(blocked, -np.inf, bias)
-        from implementations._torch import TORCH_DTYPES
-
-        return torch.from_numpy(np.ascontiguousarray(bias)).to(self.device, TORCH_DTYPES[case.dtype]), is_causal
-
     def _call(self, case: Case, q, k, v):
         import torch
 
-        mask, is_causal = self._mask_arg(case, torch)
-        kwargs: dict[str, Any] = dict(attn_mask=mask, dropout_p=case.dropout_p, is_causal=is_causal, scale=case.scale)
-        if case.Hq != case.Hkv or self._accepts_gqa:
-            kwargs["enable_gqa"] = case.Hq != case.Hkv
+        from implementations._torch import sdpa_kwargs
+
+        kwargs = sdpa_kwargs(case, self.device, self.declaration.causal_alignment, half_bias="query")
+        if self._accepts_gqa and "enable_gqa" not in kwargs:
+            kwargs["enable_gqa"] = False
         torch.manual_seed(case.seed)
         return self.fn(q, k, v, **kwargs)
 

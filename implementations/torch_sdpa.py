@@ -60,7 +60,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from conformance.contract import Case, Declaration, NotApplicable
-from implementations._torch import TORCH_DTYPES, qkv, to_numpy, to_torch
+from implementations._torch import TORCH_DTYPES, qkv, sdpa_kwargs, to_numpy, to_torch
 
 __all__ = [
     "TorchSDPA",
@@ -105,39 +105,6 @@ def _refusal_reason(messages: list[str], backend: SDPBackend | None, error: str)
     reason = " ".join(picked) if picked else error.strip()
     name = backend.name if backend is not None else "default"
     return f"torch SDPA backend {name} refused the case: {reason}"
-
-
-def _causal_blocked(T: int, S: int) -> np.ndarray:
-    """Top-left causal mask, True = blocked: query i may see keys j <= i."""
-    return np.triu(np.ones((T, S), dtype=bool), k=1)
-
-
-def attention_kwargs(case: Case, device: str) -> dict[str, Any]:
-    """The keyword arguments torch needs for ``case`` (see the module docstring for why)."""
-    mask = None if case.mask is None else np.asarray(case.mask, dtype=bool)
-    bias = None if case.bias is None else np.asarray(case.bias, dtype=np.float64)
-    is_causal = bool(case.is_causal)
-    if is_causal and (mask is not None or bias is not None):
-        causal = _causal_blocked(case.T, case.S)
-        mask = causal if mask is None else (mask | causal)
-        is_causal = False
-    attn_mask = None
-    if bias is not None:
-        if mask is not None:
-            bias = np.where(mask, -np.inf, bias)
-        bias_dtype = torch.float64 if case.dtype == "float64" else torch.float32
-        attn_mask = torch.from_numpy(np.ascontiguousarray(bias)).to(device=device, dtype=bias_dtype)
-    elif mask is not None:
-        attn_mask = torch.from_numpy(np.ascontiguousarray(~mask)).to(device)
-    kwargs: dict[str, Any] = {
-        "attn_mask": attn_mask,
-        "dropout_p": float(case.dropout_p),
-        "is_causal": is_causal,
-        "scale": case.scale,
-    }
-    if case.Hq != case.Hkv:
-        kwargs["enable_gqa"] = True
-    return kwargs
 
 
 class TorchSDPA:
@@ -198,7 +165,7 @@ class TorchSDPA:
 
     def forward(self, case: Case) -> np.ndarray:
         q, k, v = qkv(case, self.device)
-        kwargs = attention_kwargs(case, self.device)
+        kwargs = sdpa_kwargs(case, self.device)
         torch.manual_seed(case.seed)
         with torch.no_grad():
             out = self._run(q, k, v, kwargs)
@@ -206,7 +173,7 @@ class TorchSDPA:
 
     def vjp(self, case: Case, grad_out: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         q, k, v = qkv(case, self.device, requires_grad=True)
-        kwargs = attention_kwargs(case, self.device)
+        kwargs = sdpa_kwargs(case, self.device)
         torch.manual_seed(case.seed)
         with torch.enable_grad():
             out = self._run(q, k, v, kwargs)

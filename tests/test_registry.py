@@ -125,3 +125,14 @@ def test_property_clause_with_no_applicable_case_is_not_applicable(tmp_path):
     assert run.returncode == 0, run.stdout[-3000:]
     assert "none of the generated cases applied: the kernel refused the case: this kernel takes no case at all" in run.stdout
     assert "1 skipped" in run.stdout
+
+
+def test_declared_causal_alignment_of_a_function_is_tested_not_emulated(tmp_path):
+    """torch's SDPA aligns is_causal top-left; declaring bottom-right for it must fail the alignment
+    clause (the adapter passes is_causal through instead of building the declared mask itself)."""
+    pytest.importorskip("torch")
+    args = ["--pyargs", "conformance", "--impl=torch.nn.functional:scaled_dot_product_attention",
+            "-k", "test_causal_alignment and float32"]
+    assert run_pytest(args, tmp_path).returncode == 0
+    wrong = run_pytest(args + ["--declare", "causal_alignment=bottom-right"], tmp_path)
+    assert wrong.returncode == 1 and "clause CAUSAL-ALIGN-02" in wrong.stdout, wrong.stdout[-2000:]
