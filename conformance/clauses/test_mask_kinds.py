@@ -15,11 +15,9 @@ from __future__ import annotations
 import numpy as np
 
 from conformance.contract import Case
-from conformance.harness import compare, tolerance
+from conformance.harness import compare
 from conformance.harness.cases import cast, random_case, random_mask, rng_for
 from conformance.harness.clause import Source, clause
-from conformance.harness.probes import observe_weights
-from conformance.harness.report import ClauseViolation, fail, mismatch_report
 from conformance.oracle import causal_blocked
 
 PADDING = Source(
@@ -44,34 +42,6 @@ PAD_OR_CAUSAL = Source(
 SHAPE = (3, 2, 3, 6)
 
 
-# -- helpers -----------------------------------------------------------------------------------------
-def _leaks(w: np.ndarray, blocked: np.ndarray, case: Case) -> None:
-    """Fail when any blocked position carries a nonzero weight (exact zero is what -inf gives)."""
-    leaked = blocked & (w != 0)
-    if leaked.any():
-        idx = tuple(int(i) for i in np.argwhere(leaked)[0])
-        fail(
-            f"{int(leaked.sum())} blocked positions have nonzero weight (True = blocked); "
-            f"first at [b,h,t,s]={list(idx)}: weight {w[idx]:.6g}, should be exactly 0",
-            case,
-        )
-
-
-def _weights_match(impl, case: Case, what: str = "weights") -> np.ndarray:
-    """Observed weights equal the oracle's: zero where blocked, renormalised elsewhere."""
-    w = observe_weights(impl, case)
-    want = compare.expected(case, impl.declaration)
-    live = ~want.all_blocked
-    _leaks(w, want.blocked & live[..., None], case)
-    rule = impl.declaration.tolerance_dtype(case)
-    allowed, _ = tolerance.allowed(want.weights, None, rule)
-    allowed = np.where(live[..., None], allowed, np.inf)  # all-blocked rows: ALL-BLOCKED-02's job
-    msg = mismatch_report(what, w, want.weights, allowed, tolerance.describe(rule))
-    if msg:
-        raise ClauseViolation(msg, case)
-    return w
-
-
 # -- boolean mask shapes -----------------------------------------------------------------------------
 @clause(
     "MASK-PADDING-04",
@@ -89,7 +59,7 @@ def test_key_padding_mask(impl, dtype):
     case = random_case(140, B=B, Hq=H, T=T, S=S, Dk=8, dtype=dtype, mask=key_padding_mask[:, None, None, :],
                        label="key padding [B,1,1,S]")
     impl.require(case)
-    _weights_match(impl, case)
+    compare.assert_weights_match(impl, case)
     compare.assert_output_matches(impl, case)
 
 
@@ -138,7 +108,7 @@ def test_mask_per_batch_and_head(impl, dtype):
             mask[b, h, (b + h) % T, (b * H + h) % S] = False
     case = random_case(160, B=B, Hq=H, T=T, S=S, Dk=8, dtype=dtype, mask=mask, label="per-item per-head mask")
     impl.require(case)
-    _weights_match(impl, case)
+    compare.assert_weights_match(impl, case)
 
 
 @clause(
@@ -155,7 +125,7 @@ def test_mask_sense_asymmetric(impl, dtype):
     mask[..., T - 1, 0] = False
     case = random_case(170, B=B, Hq=H, T=T, S=T, Dk=8, dtype=dtype, mask=mask, label="asymmetric square mask")
     impl.require(case)
-    _weights_match(impl, case)
+    compare.assert_weights_match(impl, case)
 
 
 @clause(
@@ -193,7 +163,7 @@ def test_padding_or_causal(impl, dtype):
     impl.require(both)
     impl.require(explicit)
     compare.assert_equivalent(impl, both, explicit, "is_causal + padding vs explicit OR")
-    _weights_match(impl, both)
+    compare.assert_weights_match(impl, both)
 
 
 # -- blocked positions are inert ---------------------------------------------------------------------
@@ -234,7 +204,7 @@ def dominant_blocked_case(dtype: str, seed: int, *, as_bias: bool = False) -> Ca
 def test_blocked_weight_exactly_zero(impl, dtype):
     case = dominant_blocked_case(dtype, 200)
     impl.require(case)
-    _weights_match(impl, case)
+    compare.assert_weights_match(impl, case)
     compare.assert_output_matches(impl, case)
 
 
@@ -294,7 +264,7 @@ def test_float_mask_is_added(impl, dtype):
 def test_float_mask_neg_inf(impl, dtype):
     case = dominant_blocked_case(dtype, 230, as_bias=True)
     impl.require(case)
-    _weights_match(impl, case, "weights under additive M")
+    compare.assert_weights_match(impl, case, "weights under additive M")
     compare.assert_output_matches(impl, case)
     if impl.declaration.bool_mask:
         as_bool = case.replace(bias=None, mask=np.isneginf(case.bias), label="same M as a boolean mask")

@@ -17,6 +17,7 @@ from conformance import oracle
 from conformance.contract import Case, Declaration
 from conformance.harness import tolerance
 from conformance.harness.impl import Impl
+from conformance.harness.probes import observe_weights
 from conformance.harness.report import ClauseViolation, mismatch_report
 
 _CACHE: OrderedDict[tuple, object] = OrderedDict()
@@ -92,6 +93,37 @@ def assert_output_matches(impl: Impl, case: Case) -> np.ndarray:
     decl = impl.declaration
     assert_close("output", out, expected(case, decl).out, case, reference(case, decl), decl)
     return out
+
+
+def assert_blocked_zero(w: np.ndarray, blocked: np.ndarray, case: Case, context: str = "") -> None:
+    """Blocked positions carry weight exactly 0: what -inf gives, and what no finite fill does."""
+    leaked = blocked & (w != 0)
+    if leaked.any():
+        idx = tuple(int(i) for i in np.argwhere(leaked)[0])
+        raise ClauseViolation(
+            f"{int(leaked.sum())} blocked positions have nonzero weight{context} (True = blocked); "
+            f"first at [b,h,t,s]={list(idx)}: weight {w[idx]:.6g}, should be exactly 0",
+            case,
+        )
+
+
+def assert_weights_match(impl: Impl, case: Case, what: str = "weights") -> np.ndarray:
+    """Observed weights equal the oracle's: exactly zero where blocked, renormalised elsewhere.
+
+    Rows whose keys are all blocked are left to ALL-BLOCKED-02 (their fill is a declared policy).
+    """
+    w = observe_weights(impl, case)
+    want = expected(case, impl.declaration)
+    live = ~want.all_blocked
+    assert_blocked_zero(w, want.blocked & live[..., None], case)
+    rule = impl.declaration.tolerance_dtype(case)
+    allowed, _ = tolerance.allowed(want.weights, None, rule)
+    allowed = np.where(live[..., None], allowed, np.inf)
+    msg = mismatch_report(what, w, want.weights, allowed, tolerance.describe(rule))
+    if msg:
+        sums = w[live].sum(axis=-1)
+        raise ClauseViolation(f"{msg}\n  row sums: min {sums.min():.6g}, max {sums.max():.6g} (should be 1)", case)
+    return w
 
 
 def assert_equivalent(impl: Impl, case: Case, other: Case, why: str) -> tuple[np.ndarray, np.ndarray]:
