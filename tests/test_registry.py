@@ -44,6 +44,7 @@ def test_unknown_name_lists_the_alternatives():
 
 
 def test_plain_function_gets_the_function_adapter_and_overrides():
+    pytest.importorskip("torch", reason="the example function is torch's own SDPA")
     overrides = registry.parse_declare(["grad=false", "dtypes=float32,float16", "all_blocked=nan"])
     res = registry.resolve("torch.nn.functional:scaled_dot_product_attention", overrides)
     decl = res.adapter.declaration
@@ -63,7 +64,7 @@ def test_declaration_rejects_unknown_conventions():
 
 
 def test_certifying_a_plain_function_needs_no_adapter(tmp_path):
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason="plain SDPA-signature functions are called with torch tensors")
     (tmp_path / "userkernel.py").write_text(textwrap.dedent("""
         import torch.nn.functional as F
 
@@ -130,7 +131,7 @@ def test_property_clause_with_no_applicable_case_is_not_applicable(tmp_path):
 def test_declared_causal_alignment_of_a_function_is_tested_not_emulated(tmp_path):
     """torch's SDPA aligns is_causal top-left; declaring bottom-right for it must fail the alignment
     clause (the adapter passes is_causal through instead of building the declared mask itself)."""
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason="the function under test is torch's own SDPA")
     args = ["--pyargs", "conformance", "--impl=torch.nn.functional:scaled_dot_product_attention",
             "-k", "test_causal_alignment and float32"]
     assert run_pytest(args, tmp_path).returncode == 0
