@@ -66,7 +66,9 @@ def causal_blocked(T: int, S: int, alignment: str = "top-left") -> np.ndarray:
     return np.arange(S)[None, :] > np.arange(T)[:, None] + offset
 
 
-def sdpa_kwargs(case: Case, device: str, alignment: str = "top-left", half_bias: str = "float32") -> dict[str, Any]:
+def sdpa_kwargs(
+    case: Case, device: str, alignment: str = "top-left", half_bias: str = "float32", mask_sense: str = "attend"
+) -> dict[str, Any]:
     """The keyword arguments of a ``torch.nn.functional.scaled_dot_product_attention``-style call.
 
     Why each step: torch's boolean mask means *may attend*, the suite's means *blocked* (``~mask``);
@@ -76,7 +78,9 @@ def sdpa_kwargs(case: Case, device: str, alignment: str = "top-left", half_bias:
     test); a boolean mask together with a float bias becomes one float mask with ``-inf``.
     ``half_bias`` is the dtype of a float mask for float16/bfloat16 cases: "float32" keeps the bias
     exact (torch accepts it), "query" matches the query dtype for functions that insist.
-    ``enable_gqa`` is passed only when Hq != Hkv.
+    ``mask_sense`` is the callee's boolean convention: "attend" (torch's) gets ``~mask``, "blocked"
+    (nn.MultiheadAttention's, the spec's) gets the mask as it is. ``enable_gqa`` is passed only when
+    Hq != Hkv.
     """
     mask = None if case.mask is None else np.asarray(case.mask, dtype=bool)
     bias = None if case.bias is None else np.asarray(case.bias, dtype=np.float64)
@@ -97,7 +101,8 @@ def sdpa_kwargs(case: Case, device: str, alignment: str = "top-left", half_bias:
             bias_dtype = torch.float32
         attn_mask = torch.from_numpy(np.ascontiguousarray(bias)).to(device=device, dtype=bias_dtype)
     elif mask is not None:
-        attn_mask = torch.from_numpy(np.ascontiguousarray(~mask)).to(device)
+        sent = ~mask if mask_sense == "attend" else mask
+        attn_mask = torch.from_numpy(np.ascontiguousarray(sent)).to(device)
     kwargs: dict[str, Any] = {
         "attn_mask": attn_mask,
         "dropout_p": float(case.dropout_p),

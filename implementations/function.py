@@ -7,8 +7,9 @@ here), a float mask is added to the scores, ``is_causal`` is top-left aligned, `
 query head h to kv head h // (Hq // Hkv). ``dropout_p`` draws from torch's global generator, which is
 seeded from the case before every call, so forward and backward see the same dropout mask.
 
-What the signature cannot say (all-blocked-row policy, causal alignment, missing gradient, dtypes)
-comes from ``--declare KEY=VALUE`` on the command line; the defaults claim everything the signature
+What the signature cannot say (all-blocked-row policy, causal alignment, missing gradient, dtypes,
+and ``mask_sense=blocked`` for a function whose boolean mask means True = blocked, as in
+``nn.MultiheadAttention``) comes from ``--declare KEY=VALUE`` on the command line; the defaults claim everything the signature
 can express plus the spec's all-blocked policy (zeros) and bitwise repeatability.
 
 ``is_causal`` combined with a mask is not accepted by torch's SDPA, so such cases pass the causal
@@ -68,7 +69,8 @@ class FunctionAdapter:
 
         from implementations._torch import sdpa_kwargs
 
-        kwargs = sdpa_kwargs(case, self.device, self.declaration.causal_alignment, half_bias="query")
+        decl = self.declaration
+        kwargs = sdpa_kwargs(case, self.device, decl.causal_alignment, half_bias="query", mask_sense=decl.mask_sense)
         if self._accepts_gqa and "enable_gqa" not in kwargs:
             kwargs["enable_gqa"] = False
         torch.manual_seed(case.seed)

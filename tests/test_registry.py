@@ -137,3 +137,23 @@ def test_declared_causal_alignment_of_a_function_is_tested_not_emulated(tmp_path
     assert run_pytest(args, tmp_path).returncode == 0
     wrong = run_pytest(args + ["--declare", "causal_alignment=bottom-right"], tmp_path)
     assert wrong.returncode == 1 and "clause CAUSAL-ALIGN-02" in wrong.stdout, wrong.stdout[-2000:]
+
+
+def test_mask_sense_of_a_function_is_declared_and_tested(tmp_path):
+    """A function whose boolean mask means True = blocked (nn.MultiheadAttention's sense) conforms
+    when it says so with --declare mask_sense=blocked, and fails the mask clauses when it does not."""
+    pytest.importorskip("torch", reason="plain SDPA-signature functions are called with torch tensors")
+    (tmp_path / "blockedsense.py").write_text(textwrap.dedent("""
+        import torch.nn.functional as F
+
+        def sdpa_blocked(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+            if attn_mask is not None and attn_mask.dtype.is_floating_point is False:
+                attn_mask = ~attn_mask  # this kernel's API: True = blocked
+            return F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
+                                                  is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
+    """))
+    args = ["--pyargs", "conformance", "--impl=blockedsense:sdpa_blocked", "-k", "mask_sense and float32"]
+    declared = run_pytest(args + ["--declare", "mask_sense=blocked"], tmp_path, tmp_path)
+    assert declared.returncode == 0, declared.stdout[-2000:]
+    undeclared = run_pytest(args, tmp_path, tmp_path)
+    assert undeclared.returncode == 1 and "clause MASK-SENSE-07" in undeclared.stdout, undeclared.stdout[-2000:]
