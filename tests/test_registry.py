@@ -157,3 +157,14 @@ def test_mask_sense_of_a_function_is_declared_and_tested(tmp_path):
     assert declared.returncode == 0, declared.stdout[-2000:]
     undeclared = run_pytest(args, tmp_path, tmp_path)
     assert undeclared.returncode == 1 and "clause MASK-SENSE-07" in undeclared.stdout, undeclared.stdout[-2000:]
+
+
+def test_an_unrelated_pytest_run_does_not_import_the_frameworks(tmp_path):
+    """The plugin is loaded by every pytest run in the environment; a run that collects no clause
+    must not pay for importing torch or jax (built-ins resolve only when clauses are collected)."""
+    (tmp_path / "test_unrelated.py").write_text(
+        "import sys\n\ndef test_frameworks_not_imported():\n"
+        "    assert 'torch' not in sys.modules and 'jax' not in sys.modules\n"
+    )
+    run = run_pytest([], tmp_path)
+    assert run.returncode == 0, run.stdout[-2000:]

@@ -40,9 +40,26 @@ class State:
     overrides: dict[str, Any]
     timeout: float
     profile: str
-    resolved: dict[str, Any] = field(default_factory=dict)
+    _resolved: dict[str, Any] | None = None
     impls: dict[str, Any] = field(default_factory=dict)
     results: list[dict] = field(default_factory=list)
+
+    @property
+    def resolved(self) -> dict[str, Any]:
+        """spec -> registry.Resolved. Built-ins are resolved (which imports torch and jax) only
+        when first needed, i.e. when clauses are collected: the plugin is loaded by every pytest
+        run in the environment, and a run that collects no clause must not pay for those imports."""
+        if self._resolved is None:
+            from conformance.harness import registry
+
+            resolved = {}
+            for spec in self.specs:
+                try:
+                    resolved[spec] = registry.resolve(spec, self.overrides if self.explicit else None)
+                except registry.ImplSpecError as exc:  # only a broken built-in can get here
+                    resolved[spec] = registry.Resolved(spec, None, str(exc))
+            self._resolved = resolved
+        return self._resolved
 
 
 def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
@@ -114,13 +131,16 @@ def pytest_configure(config: pytest.Config) -> None:
         specs = list(registry.builtin_names())
     state = State(specs, explicit, declare, overrides, config.getoption("call_timeout"), profile)
     config.stash[_STATE] = state
-    if config.getoption("impl_list"):
+    if config.getoption("impl_list") or not explicit:
         return
+    # Named on the command line: resolve now, so that a bad --impl is a usage error (exit 4).
+    resolved = {}
     for spec in specs:
         try:
-            state.resolved[spec] = registry.resolve(spec, overrides if explicit else None)
+            resolved[spec] = registry.resolve(spec, overrides)
         except registry.ImplSpecError as exc:
             raise pytest.UsageError(str(exc)) from None
+    state._resolved = resolved
 
 
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
@@ -169,8 +189,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     state = config.stash.get(_STATE, None)
-    if state is None or not state.resolved:
-        return []
+    if state is None or not state.explicit:
+        return []  # a default run resolves built-ins lazily; the summary lists them
     lines = [f"sdpa-conformance: hypothesis profile {state.profile}; call timeout {state.timeout:g}s"]
     for spec, res in state.resolved.items():
         if res.adapter is None or res.reason:
