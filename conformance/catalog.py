@@ -51,7 +51,7 @@ def render() -> str:
             f"**{info.title}**",
             "",
             f"- Spec: `{info.source.file}` {info.source.section}",
-            f"  > {info.source.sentence}",
+            f"  > {info.source.text}",
             f"- Test: `{info.module}.{getattr(info.func, '__name__', '?')}`",
             f"- Applies when: {', '.join(info.requires) or 'always'}"
             + (f"; dtypes {', '.join(info.dtypes)}" if info.dtypes else ""),

@@ -7,11 +7,8 @@ from conformance.harness.clause import Source, clause
 from conformance.harness.probes import observe_weights
 from conformance.harness.report import check
 
-SHAPE_SOURCE = Source(
-    "000",
-    "§4 完整 Shape 检查",
-    "注意力权重最后两维是 Query 长度 × Key 长度；输出长度由 Query 的长度 T 决定。",
-)
+OUT_SHAPE_SOURCE = Source("000", "§4 完整 Shape 检查", ("output:  [B, H, T, Dv]", "输出长度由 Query 的长度 $T$ 决定。"))
+WEIGHTS_SHAPE_SOURCE = Source("000", "§4 完整 Shape 检查", ("weights: [B, H, T, S]", "注意力权重最后两维是 Query 长度 × Key 长度；"))
 
 # §9 of the article uses exactly these sizes: T != S and Dk != Dv expose kernels that confuse them.
 ARTICLE_SHAPES = dict(B=2, Hq=4, T=3, S=5, Dk=8, Dv=6)
@@ -21,7 +18,7 @@ SWAPPED_SHAPES = dict(B=2, Hq=4, T=5, S=3, Dk=6, Dv=8)
 @clause(
     "SHAPE-OUT-01",
     "output is [B, H, T, Dv]: its length follows the queries, its width the values",
-    SHAPE_SOURCE,
+    OUT_SHAPE_SOURCE,
     kills=["output_length_s"],
 )
 def test_output_shape(impl, dtype):
@@ -35,7 +32,7 @@ def test_output_shape(impl, dtype):
 @clause(
     "SHAPE-WEIGHTS-02",
     "attention weights are [B, H, T, S] (observed directly, or through V = I)",
-    SHAPE_SOURCE,
+    WEIGHTS_SHAPE_SOURCE,
     kills=["weights_transposed", "output_length_s"],
 )
 def test_weights_shape(impl, dtype):

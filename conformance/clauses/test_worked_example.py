@@ -16,7 +16,11 @@ from conformance.harness.clause import Source, clause
 WORKED = Source(
     "003",
     "Worked Example",
-    "Softmax 权重相同，均为 0.5，因此输出：o = 0.5·v₁ + 0.5·v₂ = [1, 2]；若因果 Mask 禁止读取 k₂，第二个分数变为负无穷，权重变成 [1,0]，输出为 [2,0]。",
+    (
+        "Softmax 权重相同，均为 0.5，因此输出：",
+        "o = 0.5·v₁ + 0.5·v₂ = [1, 2]",
+        "若因果 Mask 禁止读取 k₂，第二个分数变为负无穷，权重变成 [1,0]，输出为 [2,0]。",
+    ),
 )
 
 

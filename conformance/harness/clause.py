@@ -18,20 +18,46 @@ SEEDS = {
 }
 
 
+SENTENCE_JOINER = " \u2026 "  # " … " between the sentences of a multi-sentence citation
+
+
 @dataclass(frozen=True)
 class Source:
-    """Where a clause comes from: a seed article section and the sentence itself (verbatim)."""
+    """Where a clause comes from: a seed article section and the sentence itself (verbatim).
+
+    ``sentence`` is one verbatim quote, or a tuple of quotes from the same section when the clause
+    rests on sentences that are not contiguous in the seed (rendered joined by " … "). Each quote
+    must occur in the seed, whitespace-normalised, under ``section`` (a heading of the seed, "§N"
+    for a numbered one, "§N sub-heading" for a heading inside section N); tests/test_citations.py
+    checks that, so a paraphrase cannot pass for a citation.
+    """
 
     seed: str  # "000" or "003", see SEEDS
     section: str
-    sentence: str
+    sentence: str | tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.sentence, str):  # a list is accepted and frozen into a tuple
+            object.__setattr__(self, "sentence", tuple(self.sentence))
+        if not self.sentences or not all(isinstance(s, str) and s.strip() for s in self.sentences):
+            raise ValueError(f"Source({self.seed!r}, {self.section!r}): every quoted sentence must be a non-empty str")
 
     @property
     def file(self) -> str:
         return SEEDS.get(self.seed, self.seed)
 
+    @property
+    def sentences(self) -> tuple[str, ...]:
+        """The quoted sentences, one or more, each verbatim from the seed."""
+        return (self.sentence,) if isinstance(self.sentence, str) else tuple(self.sentence)
+
+    @property
+    def text(self) -> str:
+        """The quotation as shown to people: the sentences joined by " … "."""
+        return SENTENCE_JOINER.join(self.sentences)
+
     def cite(self) -> str:
-        return f"{self.file} {self.section}: \u201c{self.sentence}\u201d"
+        return f"{self.file} {self.section}: \u201c{self.text}\u201d"
 
 
 @dataclass(frozen=True)
