@@ -6,10 +6,12 @@ kernel author runs ``pytest --pyargs conformance --impl=...`` after ``pip instal
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
 import textwrap
+import typing
 from pathlib import Path
 
 import pytest
@@ -56,6 +58,71 @@ def test_plain_function_gets_the_function_adapter_and_overrides():
 def test_bad_declare_values_are_rejected(bad):
     with pytest.raises(registry.ImplSpecError):
         registry.parse_declare([bad])
+
+
+FIELDS = [f.name for f in dataclasses.fields(Declaration)]
+HINTS = typing.get_type_hints(Declaration)
+
+
+def _spelled(value) -> str:
+    """A Declaration value as the user writes it after ``--declare KEY=``."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (frozenset, set, tuple, list)):
+        return ",".join(sorted(value))
+    return str(value)
+
+
+@pytest.mark.parametrize("field", FIELDS)
+def test_every_declaration_field_round_trips_through_declare(field):
+    """Each field, whatever its type, parses from its own default spelled on the command line."""
+    default = getattr(Declaration(), field)
+    assert registry.parse_declare([f"{field}={_spelled(default)}"]) == {field: default}
+
+
+@pytest.mark.parametrize("field", [f for f in FIELDS if HINTS[f] is not str])
+def test_a_bad_value_is_one_line_naming_field_value_and_expected_type(field):
+    with pytest.raises(registry.ImplSpecError) as err:
+        registry.parse_declare([f"{field}=???"])
+    msg = str(err.value)
+    assert msg.startswith(f"--declare {field}='???': expected ") and "\n" not in msg, msg
+
+
+@pytest.mark.parametrize("item, message", [
+    ("max_head_dim=abc", "--declare max_head_dim='abc': expected an integer or none"),
+    ("grad=maybe", "--declare grad='maybe': expected true or false"),
+    ("all_blocked=zero", "--declare all_blocked='zero': expected one of 'zeros', 'nan', 'mean-v'"),
+    ("all_blocked_float_mask=zero", "--declare all_blocked_float_mask='zero': expected one of 'zeros', 'nan', "
+                                    "'mean-v' or none"),
+    ("causal-alignment=middle", "--declare causal_alignment='middle': expected one of 'top-left', 'bottom-right'"),
+    ("dtypes=float32,float8", "--declare dtypes='float32,float8': expected a comma-separated list; unknown dtypes "
+                              "['float8']; known: float64, float32, float16, bfloat16"),
+])
+def test_declare_error_messages(item, message):
+    with pytest.raises(registry.ImplSpecError) as err:
+        registry.parse_declare([item])
+    assert str(err.value) == message
+
+
+def test_declare_values_are_typed_by_the_field():
+    got = registry.parse_declare(["max_head_dim=none", "grad=on", "dtypes= float32 , float16 ", "notes=a b",
+                                  "all_blocked_float_mask=nan", "max-head-dim=128"])
+    assert got == {"max_head_dim": 128, "grad": True, "dtypes": frozenset({"float32", "float16"}), "notes": "a b",
+                   "all_blocked_float_mask": "nan"}
+    assert registry.parse_declare(["max_head_dim="]) == {"max_head_dim": None}
+    assert registry.parse_declare(["dtypes="]) == {"dtypes": frozenset()}  # declares nothing: a verdict matter
+    # Collections of names, whatever the field: comma-separated, blanks dropped, the container kept.
+    assert registry._parse_as(tuple[str, ...], " ValueError, KeyError ,") == ("ValueError", "KeyError")
+    assert registry._parse_as(frozenset[str], "a,b,a") == frozenset({"a", "b"})
+
+
+def test_a_bad_declare_is_a_usage_error_not_an_internal_error(tmp_path):
+    run = run_pytest(["--impl=numpy", "--declare", "max_head_dim=abc"], tmp_path)
+    assert run.returncode == 4, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "ERROR: --declare max_head_dim='abc': expected an integer or none" in run.stderr.splitlines()
+    assert "INTERNALERROR" not in run.stdout + run.stderr
 
 
 def test_declaration_rejects_unknown_conventions():
