@@ -45,6 +45,12 @@ CausalAlignment = Literal["top-left", "bottom-right"]
 CAUSAL_ALIGNMENTS: tuple[str, ...] = ("top-left", "bottom-right")
 MaskSense = Literal["blocked", "attend"]
 
+# The exception classes a kernel rejects invalid input with, unless it declares others: what
+# Python, NumPy, torch and jax raise for bad shapes and dtypes. Names, not classes, so that
+# ``--declare rejects_with=...`` can say them and the contract imports no framework; a raised
+# exception matches when any class of its MRO has one of these names (bare or module-qualified).
+REJECTS_WITH_DEFAULT: frozenset[str] = frozenset({"ValueError", "RuntimeError", "TypeError"})
+
 
 def np_dtype(name: str) -> np.dtype:
     """The NumPy dtype that carries ``name`` across the adapter boundary."""
@@ -191,6 +197,7 @@ class Declaration:
     batch_invariant: bool = False
     returns_weights: bool = False
     validates_inputs: bool = False
+    rejects_with: frozenset[str] = REJECTS_WITH_DEFAULT
     notes: str = ""
 
     def __post_init__(self) -> None:
@@ -207,6 +214,24 @@ class Declaration:
             raise ValueError(f"causal_alignment={self.causal_alignment!r}; one of {CAUSAL_ALIGNMENTS}")
         if self.mask_sense not in ("blocked", "attend"):
             raise ValueError(f"mask_sense={self.mask_sense!r}; 'blocked' or 'attend'")
+        self._normalise_rejects_with()
+
+    def _normalise_rejects_with(self) -> None:
+        """``rejects_with`` as a frozenset of class names; a comma-separated string is accepted.
+
+        ``NotApplicable`` is refused: it says "this kernel does not take such cases", which is not
+        the same claim as "these inputs are invalid", and a rejection clause never counts it.
+        """
+        raw = self.rejects_with
+        names = raw.split(",") if isinstance(raw, str) else list(raw)
+        names = frozenset(str(n).strip() for n in names if str(n).strip())
+        bad = sorted(n for n in names if not all(part.isidentifier() for part in n.split(".")))
+        if not names or bad:
+            raise ValueError(f"rejects_with={sorted(names)!r}: expected one or more exception class names "
+                             f"such as ValueError,RuntimeError{f'; not names: {bad}' if bad else ''}")
+        if any(n.rpartition(".")[2] == "NotApplicable" for n in names):
+            raise ValueError("rejects_with may not name NotApplicable: a refusal is not a rejection of invalid input")
+        object.__setattr__(self, "rejects_with", names)
 
     def replace(self, **changes) -> "Declaration":
         return dataclasses.replace(self, **changes)
@@ -214,6 +239,7 @@ class Declaration:
     def as_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["dtypes"] = sorted(self.dtypes, key=DTYPES.index)
+        d["rejects_with"] = sorted(self.rejects_with)
         return d
 
     def all_blocked_policy(self, case: Case) -> str:

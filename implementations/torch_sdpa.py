@@ -37,6 +37,9 @@ Measured on this build (torch 2.13.0+cpu, 2 threads; tests/test_adapter_declarat
 * no input validation to speak of: a query batch of 1 against a key batch of 2 broadcasts (all
   backends), and on the default/flash path a value with a different S than the key runs without
   error. Hence ``validates_inputs=False``.
+* a forced backend's refusal ("No available kernel") is raised as ``NotApplicable`` only when the
+  MATH backend takes the same inputs; when MATH rejects them too (6 query heads against 4 kv heads)
+  the inputs are invalid, and torch's RuntimeError is kept: a rejection, not a refusal.
 * default and FLASH fail on masks of rank < 2 (IndexError "Dimension out of range"), MATH accepts
   them; the adapter does not paper over this.
 
@@ -160,8 +163,30 @@ class TorchSDPA:
             except RuntimeError as e:
                 if any(r in str(e) for r in _REFUSALS):
                     messages = [str(w.message) for w in caught]
-                    raise NotApplicable(_refusal_reason(messages, self.backend, str(e))) from e
+                    reason = _refusal_reason(messages, self.backend, str(e))
+                    invalid = self._math_rejects(q, k, v, kwargs)
+                    if invalid is not None:  # not beyond this backend: invalid for every backend
+                        raise RuntimeError(f"{reason} (the MATH backend rejects the same inputs: {invalid})") from e
+                    raise NotApplicable(reason) from e
                 raise
+
+    def _math_rejects(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kwargs: dict[str, Any]) -> str | None:
+        """Why torch's reference backend rejects these inputs too, or None when it takes them.
+
+        A forced backend answers "No available kernel" both for inputs it cannot handle (dropout on
+        FLASH: a capability, so ``NotApplicable``) and for inputs no backend may answer (6 query
+        heads against 4 kv heads: a rejection, torch's RuntimeError). MATH implements every valid
+        input, so its verdict tells the two apart; it runs only on the refusal path.
+        """
+        if self.backend is None or self.backend == SDPBackend.MATH:
+            return None
+        try:
+            with warnings.catch_warnings(), torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
+                warnings.simplefilter("ignore")
+                F.scaled_dot_product_attention(q.detach(), k.detach(), v.detach(), **kwargs)
+        except (RuntimeError, ValueError, TypeError, IndexError) as exc:
+            return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return None
 
     def forward(self, case: Case) -> np.ndarray:
         q, k, v = qkv(case, self.device)

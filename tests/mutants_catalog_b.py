@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.contract import Case, np_dtype
+from conformance.contract import Case, NotApplicable, np_dtype
 from tests.mutants import BaseKernel, mutant
 
 
@@ -280,3 +280,38 @@ class ValidationByAssert(BaseKernel):
             super().validate(case)
         except (ValueError, TypeError) as exc:
             raise AssertionError(str(exc)) from None
+
+
+@mutant("rejects_everything")
+class RejectsEverything(BaseKernel):
+    """Raises ValueError on every call, valid or not (a validation condition written the wrong way
+    round): every bad input is "rejected", so only the valid neighbours show that nothing works."""
+
+    def validate(self, case):
+        raise ValueError("invalid input")
+
+
+@mutant("refuses_bad_input_as_not_applicable")
+class RefusesBadInputAsNotApplicable(BaseKernel):
+    """Turns its own validation errors into ``NotApplicable`` ("I do not take this case") instead of
+    rejecting the input: a refusal, which the suite reports as not applicable, never as a rejection."""
+
+    def forward(self, case):
+        try:
+            return super().forward(case)
+        except (ValueError, TypeError) as exc:
+            raise NotApplicable(f"unsupported input: {exc}") from None
+
+
+@mutant("bad_input_crashes_keyerror")
+class BadInputCrashesKeyError(BaseKernel):
+    """Checks nothing itself and looks each problem up in a table of compiled kernels keyed by
+    (rank, dtype, head ratio, ...): an invalid problem has no entry and ends in a KeyError, a crash
+    that happens to stop the call, not a documented rejection."""
+
+    def validate(self, case):
+        try:
+            super().validate(case)
+        except (ValueError, TypeError):
+            shapes = tuple(np.shape(x) for x in (case.query, case.key, case.value))
+            raise KeyError(f"no kernel compiled for shapes {shapes}, dtype {np.asarray(case.query).dtype}") from None

@@ -5,6 +5,11 @@ batch/head/feature dims and K/V lengths, positive dims, ``dropout_p`` in [0, 1].
 declares ``validates_inputs`` must refuse each violation; broadcasting a key batch of 1 against a
 query batch of 2, or casting integers to float, returns a plausible array and hides a caller's bug.
 Cases are passed with ``impl.call_raw``: the declaration is not consulted for them, on purpose.
+
+A rejection counts only when it is an exception of a class the kernel documents
+(``Declaration.rejects_with``; ``NotApplicable`` never), and each bad input comes with its valid
+neighbour, the same case with the one defect repaired, which the kernel must accept and answer as
+the oracle does: a kernel that raises on everything rejects nothing (``conformance.harness.rejection``).
 """
 
 from __future__ import annotations
@@ -12,10 +17,11 @@ from __future__ import annotations
 import numpy as np
 
 from conformance.contract import Case, NotApplicable
-from conformance.harness.cases import random_case
+from conformance.harness.cases import random_case, random_mask
 from conformance.harness.clause import Source, clause
 from conformance.harness.impl import Impl
-from conformance.harness.report import fail
+from conformance.harness.rejection import BadInput, check_rejections
+from conformance.harness.report import check, fail
 
 PRECONDITIONS = Source(
     "000",
@@ -36,31 +42,51 @@ POSITIVE = "各维度必须为正"
 DROPOUT = "dropout_p 必须位于 [0, 1]"
 
 
-def bad_cases(dtype: str, dropout: bool) -> list[tuple[str, Case, type, str]]:
-    """(what is wrong, case, the article's exception type, the article's message)."""
-    c = random_case(95, B=2, Hq=2, T=3, S=5, Dk=8, Dv=8, dtype=dtype)
+def _all_zero_output(impl: Impl, case: Case) -> None:
+    """dropout_p = 1 drops every weight: the output is exactly 0 (000 §8's F.dropout)."""
+    out = np.asarray(impl.forward(case), dtype=np.float64)
+    check(bool(np.all(out == 0)), f"dropout_p = 1 must give an all-zero output; {int(np.count_nonzero(out))} "
+          "elements are not 0", case)
+
+
+def bad_cases(dtype: str, dropout: bool) -> list[tuple[BadInput, type, str]]:
+    """(the bad input with its valid neighbours, the article's exception type, the article's message)."""
+    c = random_case(95, B=2, Hq=2, T=3, S=5, Dk=8, Dv=8, dtype=dtype, label="valid neighbour")
     q, k, v = c.query, c.key, c.value
     cut = np.ascontiguousarray
+    heads = random_case(96, B=2, Hq=3, Hkv=2, T=3, S=5, Dk=8, Dv=8, dtype=dtype)
+    q3 = heads.query
     cases = [
-        ("query is 3-D", c.replace(query=cut(q[0])), ValueError, RANK),
-        ("key is 5-D", c.replace(key=cut(k[None])), ValueError, RANK),
-        ("integer q, k, v", c.replace(query=q.astype(np.int32), key=k.astype(np.int32), value=v.astype(np.int32)),
-         TypeError, FLOAT),
-        ("key dtype differs from query's", c.replace(key=k.astype(np.float64 if dtype != "float64" else np.float32)),
+        (BadInput("query is 3-D", c.replace(query=cut(q[0])), [c]), ValueError, RANK),
+        (BadInput("key is 5-D", c.replace(key=cut(k[None])), [c]), ValueError, RANK),
+        (BadInput("integer q, k, v", c.replace(query=q.astype(np.int32), key=k.astype(np.int32),
+                                                value=v.astype(np.int32)), [c]), TypeError, FLOAT),
+        (BadInput("key dtype differs from query's",
+                  c.replace(key=k.astype(np.float64 if dtype != "float64" else np.float32)), [c]),
          ValueError, SAME_DTYPE),
-        ("key/value batch 1 against query batch 2 (broadcastable)", c.replace(key=cut(k[:1]), value=cut(v[:1])),
+        (BadInput("key/value batch 1 against query batch 2 (broadcastable)", c.replace(key=cut(k[:1]), value=cut(v[:1])),
+                  [c]), ValueError, DIMS),
+        (BadInput("3 query heads against 2 kv heads (not a multiple)", heads,
+                  [heads.replace(query=cut(np.concatenate([q3, q3[:, :1]], axis=1)), label="valid neighbour Hq=4 Hkv=2"),
+                   heads.replace(query=cut(q3[:, :2]), label="valid neighbour Hq=2 Hkv=2")]), ValueError, DIMS),
+        (BadInput("key feature dim 4 against query's 8", c.replace(key=cut(k[..., :4])),
+                  [c.replace(query=cut(q[..., :4]), key=cut(k[..., :4]), label="valid neighbour Dk=4"), c]),
          ValueError, DIMS),
-        ("3 query heads against 2 kv heads (not a multiple)",
-         random_case(96, B=2, Hq=3, Hkv=2, T=3, S=5, Dk=8, Dv=8, dtype=dtype), ValueError, DIMS),
-        ("key feature dim 4 against query's 8", c.replace(key=cut(k[..., :4])), ValueError, DIMS),
-        ("value length 4 against key length 5", c.replace(value=cut(v[:, :, :4])), ValueError, DIMS),
-        ("no queries (T = 0)", c.replace(query=cut(q[:, :, :0])), ValueError, POSITIVE),
-        ("no keys (S = 0)", c.replace(key=cut(k[:, :, :0]), value=cut(v[:, :, :0])), ValueError, POSITIVE),
+        (BadInput("value length 4 against key length 5", c.replace(value=cut(v[:, :, :4])),
+                  [c.replace(key=cut(k[:, :, :4]), value=cut(v[:, :, :4]), label="valid neighbour S=4")]),
+         ValueError, DIMS),
+        (BadInput("no queries (T = 0)", c.replace(query=cut(q[:, :, :0])),
+                  [c.replace(query=cut(q[:, :, :1]), label="valid neighbour T=1")]), ValueError, POSITIVE),
+        (BadInput("no keys (S = 0)", c.replace(key=cut(k[:, :, :0]), value=cut(v[:, :, :0])),
+                  [c.replace(key=cut(k[:, :, :1]), value=cut(v[:, :, :1]), label="valid neighbour S=1")]),
+         ValueError, POSITIVE),
     ]
     if dropout:
         cases += [
-            ("dropout_p = -0.1", c.replace(dropout_p=-0.1), ValueError, DROPOUT),
-            ("dropout_p = 1.5", c.replace(dropout_p=1.5), ValueError, DROPOUT),
+            (BadInput("dropout_p = -0.1", c.replace(dropout_p=-0.1), [c]), ValueError, DROPOUT),
+            (BadInput("dropout_p = 1.5", c.replace(dropout_p=1.5),
+                      [c.replace(dropout_p=1.0, label="valid neighbour dropout_p=1")], _all_zero_output),
+             ValueError, DROPOUT),
         ]
     return cases
 
@@ -72,25 +98,21 @@ def _needs_validation(impl: Impl) -> None:
 
 @clause(
     "BAD-INPUT-01",
-    "inputs the spec rules out (rank, dtype, mismatched dims, empty dims, dropout_p outside [0, 1]) raise an error",
+    "inputs the spec rules out (rank, dtype, mismatched dims, empty dims, dropout_p outside [0, 1]) raise an "
+    "error of a declared class, and the valid neighbour of each is accepted",
     PRECONDITIONS,
     requires=["validates_inputs"],
-    kills=["validates_nothing"],
+    kills=["validates_nothing", "rejects_everything", "refuses_bad_input_as_not_applicable",
+           "bad_input_crashes_keyerror", "validation_by_assert"],
 )
 def test_bad_input_raises(impl, dtype):
     _needs_validation(impl)
-    accepted = []
-    for what, case, _, _ in bad_cases(dtype, impl.declaration.dropout):
-        result, exc = impl.call_raw(case)
-        if exc is None:
-            accepted.append(f"{what} -> returned {type(result).__name__} of shape {np.shape(result)}")
-    if accepted:
-        fail(f"{len(accepted)} inputs the spec rules out were accepted (declared validates_inputs=True):\n  - "
-             + "\n  - ".join(accepted))
+    check_rejections(impl, [b for b, _, _ in bad_cases(dtype, impl.declaration.dropout)],
+                     "declared validates_inputs=True")
 
 
 def _speaks_the_articles_errors(impl: Impl, dtype: str) -> bool:
-    _, exc = impl.call_raw(bad_cases(dtype, False)[0][1])
+    _, exc = impl.call_raw(bad_cases(dtype, False)[0][0].case)
     return exc is not None and str(exc) == RANK
 
 
@@ -108,7 +130,8 @@ def test_article_errors(impl, dtype):
         impl.not_applicable("its errors are not the article's (a 3-D query does not raise "
                             f"{RANK!r}); only the article's own implementation is held to its messages")
     wrong = []
-    for what, case, etype, message in bad_cases(dtype, impl.declaration.dropout):
+    for bad, etype, message in bad_cases(dtype, impl.declaration.dropout):
+        what, case = bad.what, bad.case
         _, exc = impl.call_raw(case)
         if isinstance(exc, NotApplicable) or type(exc) is not etype or str(exc) != message:
             got = "no error" if exc is None else f"{type(exc).__name__}({str(exc)!r})"
@@ -119,18 +142,26 @@ def test_article_errors(impl, dtype):
 
 @clause(
     "BAD-INPUT-MASK-03",
-    "a mask that does not broadcast to [B, H, T, S] raises an error instead of being broadcast wrongly",
+    "a mask that does not broadcast to [B, H, T, S] raises an error of a declared class instead of being broadcast "
+    "wrongly, and the mask of the right shape is accepted",
     NOT_A_MASK,
     requires=["validates_inputs", "bool_mask"],
-    kills=["validates_nothing"],
+    kills=["validates_nothing", "rejects_everything", "refuses_bad_input_as_not_applicable"],
 )
 def test_bad_mask_raises(impl, dtype):
     _needs_validation(impl)
     if not impl.declaration.bool_mask:
         impl.not_applicable("declares bool_mask=False")
     c = random_case(97, B=2, Hq=2, T=3, S=5, Dk=8, Dv=8, dtype=dtype)
-    for what, mask in (("[T+1, S] mask", np.zeros((4, 5), dtype=bool)),
-                       ("[B, S+1] key padding mask", np.zeros((2, 6), dtype=bool))):
-        result, exc = impl.call_raw(c.replace(mask=mask))
-        if exc is None:
-            fail(f"a {what} for T=3, S=5 was accepted: returned shape {np.shape(result)}", c)
+    rows = random_mask(97, (3, 5), p_blocked=0.4)
+    rows[:, 0] = False  # no all-blocked row: the neighbour's answer is not a fill policy
+    keys = random_mask(98, (2, 5), p_blocked=0.4)
+    keys[:, 0] = False
+    bad = [
+        BadInput("[T+1, S] mask for T=3, S=5", c.replace(mask=np.concatenate([rows, rows[:1]])),
+                 [c.replace(mask=rows, label="valid neighbour: [T, S] mask")]),
+        BadInput("[B, S] key padding mask passed as is (§7.1)", c.replace(mask=keys),
+                 [c.replace(mask=np.ascontiguousarray(keys[:, None, None, :]),
+                            label="valid neighbour: the same padding mask as [B, 1, 1, S]")]),
+    ]
+    check_rejections(impl, bad, "masks that do not broadcast to [B, H, T, S]")

@@ -7,16 +7,20 @@ comparison holds even for a kernel whose numerics differ from the oracle's.
 
 A head ratio that is not an integer has no mapping at all. A kernel that returns a result for one
 has invented a mapping, which is a wrong answer, not a missing check: so the rejection clause
-applies to every kernel that declares GQA, whether or not it declares ``validates_inputs``.
+applies to every kernel that declares GQA, whether or not it declares ``validates_inputs``. It counts
+only an exception of a class the kernel documents (``rejects_with``; ``NotApplicable`` never), and
+asks the nearest valid ratio too, so that a kernel raising on every call does not pass.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from conformance.contract import DTYPES, Case
 from conformance.harness import compare
 from conformance.harness.cases import random_case
 from conformance.harness.clause import Source, clause
-from conformance.harness.report import fail
+from conformance.harness.rejection import BadInput, check_rejections
 from conformance.oracle import expand_kv
 
 GQA = Source("003", "主动回忆", "若 Q=[B,32,1,128]、K=[B,8,T,128]，为什么不能直接按普通 MHA 公式相乘？这提示了什么结构？")
@@ -75,10 +79,12 @@ def test_gqa_decode_shape(impl, dtype):
 
 @clause(
     "GQA-RATIO-04",
-    "Hq not a multiple of Hkv (6 query heads, 4 kv heads) is rejected with an exception, never answered",
+    "Hq not a multiple of Hkv (6 query heads, 4 kv heads) is rejected with an exception of a declared class, never "
+    "answered; the nearest valid ratio (8 query heads, 4 kv heads) is answered as the oracle does",
     GQA,
     requires=["gqa"],
-    kills=["gqa_ratio_unchecked"],
+    kills=["gqa_ratio_unchecked", "rejects_everything", "refuses_bad_input_as_not_applicable",
+           "bad_input_crashes_keyerror"],
 )
 def test_gqa_bad_ratio_rejected(impl):
     decl = impl.declaration
@@ -86,11 +92,9 @@ def test_gqa_bad_ratio_rejected(impl):
     if dtype is None:
         impl.not_applicable("declares no dtype")
     case = random_case(620, B=1, Hq=6, Hkv=4, T=3, S=5, Dk=8, dtype=dtype, label="Hq=6 Hkv=4 (no integer group)")
-    result, error = impl.call_raw(case)
-    if error is None:
-        shape = getattr(result, "shape", None)
-        fail(
-            f"returned a result (shape {shape}) for Hq=6, Hkv=4: no head mapping h // (Hq/Hkv) exists, so any "
-            "answer invents one; the kernel must raise",
-            case,
-        )
+    q = case.query
+    eight = case.replace(query=np.ascontiguousarray(np.concatenate([q, q[:, :2]], axis=1)),
+                         label="valid neighbour Hq=8 Hkv=4")
+    four = case.replace(query=np.ascontiguousarray(q[:, :4]), label="valid neighbour Hq=4 Hkv=4")
+    bad = BadInput("Hq=6, Hkv=4: no head mapping h // (Hq/Hkv) exists, so any answer invents one", case, [eight, four])
+    check_rejections(impl, [bad], "declared gqa=True: a head ratio that is not an integer has no answer")
