@@ -15,10 +15,11 @@ ROOT = Path(__file__).resolve().parents[1]
 CLAUSES = ["conformance/clauses/test_worked_example.py", "conformance/clauses/test_golden.py"]
 
 
-def _run(tmp_path: Path, impl: str, name: str) -> tuple[subprocess.CompletedProcess, Path]:
+def _run(tmp_path: Path, impl: str, name: str, *clauses: str) -> tuple[subprocess.CompletedProcess, Path]:
+    """A certification run: every clause unless ``clauses`` names a subset."""
     path = tmp_path / f"{name}.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *CLAUSES, f"--impl={impl}",
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *clauses, f"--impl={impl}",
          f"--certificate={path}"],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
     return proc, path
@@ -30,6 +31,7 @@ def test_certificate_of_a_conforming_and_a_drifting_kernel(tmp_path):
     doc = json.loads(good.read_text())
     a = doc["adapters"]["numpy"]
     assert a["verdict"] == "CONFORMS"
+    assert a["coverage"]["cases_run"] > 500 and a["coverage"]["clauses_planned"] >= 55
     assert a["clauses"]["GOLDEN-01"]["outcome"] == "pass"
     assert a["clauses"]["WORKED-EXAMPLE-01"]["outcome"] == "pass"
     assert set(a["error_stats"]) == {"float64", "float32", "float16", "bfloat16"}
@@ -38,7 +40,7 @@ def test_certificate_of_a_conforming_and_a_drifting_kernel(tmp_path):
     md = good.with_suffix(".md").read_text()
     assert "**Verdict: CONFORMS**" in md and "| GOLDEN-01 | pass |" in md and fixtures.set_hash() in md
 
-    bad, drift = _run(tmp_path, "tests.mutants_golden:OutputDrift", "drift")
+    bad, drift = _run(tmp_path, "tests.mutants_golden:OutputDrift", "drift", *CLAUSES)
     assert bad.returncode == 1, bad.stdout + bad.stderr
     b = json.loads(drift.read_text())["adapters"]["tests.mutants_golden:OutputDrift"]
     assert b["verdict"] == "DOES NOT CONFORM"

@@ -54,5 +54,12 @@ def test_baseline_and_record_baseline_conflict(pytester, tmp_path):
 
 
 def test_good_invocation_still_runs(pytester):
-    result = pytester.runpytest_inprocess(CLAUSE, "--impl=numpy", "-p", "no:cacheprovider")
+    result = pytester.runpytest_inprocess(CLAUSE, "--impl=numpy", "-p", "no:cacheprovider", "--allow-partial")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+
+
+def test_one_clause_file_is_a_partial_run(pytester):
+    """A file subset passes its tests but certifies nothing: PARTIAL, and a non-zero exit for CI gates."""
+    result = pytester.runpytest_inprocess(CLAUSE, "--impl=numpy", "-p", "no:cacheprovider")
+    assert result.ret == 6, result.stdout.str()
+    assert any(ln.startswith("numpy: PARTIAL: 1/") for ln in result.outlines), result.stdout.str()

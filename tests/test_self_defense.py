@@ -78,6 +78,7 @@ def test_well_behaved_base_passes_the_same_modules(pytester):
     result = pytester.runpytest_inprocess(
         str(CLAUSES / "test_worked_example.py"), str(CLAUSES / "test_softmax.py"),
         str(CLAUSES / "test_self_consistency.py"), "--impl=tests.mutants:BaseKernel", "-p", "no:cacheprovider",
+        "--allow-partial",
     )
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-3000:]
 
@@ -91,5 +92,6 @@ def test_xdist_summary_aggregates_worker_results(pytester, monkeypatch):
         "--impl=tests.misbehaving:Raises", "-n", "2", "-p", "no:cacheprovider",
     )
     text = result.stdout.str()
-    assert "tests.misbehaving:Raises: DOES NOT CONFORM (4 failed, 4 passed)" in text, text[-3000:]
+    # both workers' results: SOFTMAX-AXIS-01 passed on one, WORKED-EXAMPLE-01 failed on the other
+    assert "tests.misbehaving:Raises: DOES NOT CONFORM: 1/" in text and "clauses passed, 1 failed" in text, text[-3000:]
     assert "failed clauses: WORKED-EXAMPLE-01 [tests.misbehaving:Raises]" in text

@@ -65,7 +65,8 @@ def _clause_outcome(rows: list[dict]) -> tuple[str, str]:
                 f"{r['dtype'] or ''} ({r['reason']})".strip() for r in na)
         return "pass", detail
     reasons = sorted({r["reason"] for r in rows if r["reason"]})
-    kind = "not applicable" if any(r["outcome"] == "not applicable" for r in rows) else "skipped"
+    kinds = {r["outcome"] for r in rows}
+    kind = next((k for k in ("skipped", "not in profile", "not applicable") if k in kinds), "skipped")
     return kind, "; ".join(reasons)
 
 
@@ -85,9 +86,10 @@ def build(config: pytest.Config) -> dict:
     from conformance import SPEC_REVISION, __version__, fixtures
     from conformance.harness import baseline
     from conformance.harness.impl import Impl
-    from conformance.harness.plugin import get_state
+    from conformance.harness.plugin import get_state, verdicts
 
     state = get_state(config)
+    run_verdicts = verdicts(config) if state and state.results else {}
     fails = config.stash.get(_FAILS, {})
     golden_dir = fixtures.default_dir()
     _, problems = fixtures.check_hashes(golden_dir)
@@ -110,6 +112,7 @@ def build(config: pytest.Config) -> dict:
             doc["adapters"][spec] = entry
             continue
         impl = state.impls.get(spec) or Impl(res.adapter, spec=spec, timeout=state.timeout)
+        v = run_verdicts.get(spec)
         by_clause: dict[str, list[dict]] = {}
         for r in rows:
             by_clause.setdefault(r["clause"], []).append(r)
@@ -122,6 +125,11 @@ def build(config: pytest.Config) -> dict:
                                 "by_dtype": {}}
                 continue
             outcome, detail = _clause_outcome(by_clause[cid])
+            if v is not None and cid in v.clauses_missing and outcome == "pass":
+                outcome, detail = "not run", f"incomplete: {v.clauses_missing[cid]}; {detail}"
+            runs = sum(r.get("cases_run", 0) for r in by_clause[cid])
+            if runs:
+                detail += f" ({runs} cases run)"
             clauses[cid] = {**meta, "outcome": outcome, "detail": detail,
                             "by_dtype": {str(r["dtype"]): {"outcome": r["outcome"], "reason": r["reason"]}
                                          for r in by_clause[cid]}}
@@ -135,9 +143,19 @@ def build(config: pytest.Config) -> dict:
         ]
         base = base_results.get(spec, {})
         stats, stats_source = _error_stats(config, spec, impl, base)
-        verdict = "DOES NOT CONFORM" if counts.get("fail") else ("CONFORMS" if counts.get("pass") else "NOT RUN")
+        from conformance.harness import verdict as verdict_mod
+
+        word = v.word if v is not None else verdict_mod.NOT_RUN_VERDICT
+        coverage = {
+            "summary": v.coverage() if v is not None else "no clause ran",
+            "details": v.details() if v is not None else [],
+            "clauses_planned": v.clauses_planned if v is not None else 0,
+            "cases_run": v.cases_run if v is not None else 0,
+            "cases_refused": v.cases_refused if v is not None else 0,
+            "not_in_profile": v.not_in_profile if v is not None else [],
+        }
         entry.update(
-            name=impl.name, verdict=verdict, counts=counts, declaration=impl.declaration.as_dict(),
+            name=impl.name, verdict=word, coverage=coverage, counts=counts, declaration=impl.declaration.as_dict(),
             environment=baseline.environment(impl.adapter), clauses=clauses, failures=failures,
             error_stats=stats, error_stats_source=stats_source,
             baseline={k: v for k, v in base.items() if k != "per_dtype"} or None,
@@ -147,7 +165,8 @@ def build(config: pytest.Config) -> dict:
 
 
 # -- Markdown ----------------------------------------------------------------------------------
-_MARK = {"pass": "pass", "fail": "**FAIL**", "not applicable": "n/a", "skipped": "skipped", "not run": "not run"}
+_MARK = {"pass": "pass", "fail": "**FAIL**", "not applicable": "n/a", "skipped": "skipped", "not run": "not run",
+         "not in profile": "not in profile"}
 
 
 def _esc(s: Any) -> str:
@@ -161,9 +180,11 @@ def render_markdown(doc: dict) -> str:
         if a["verdict"] == "NOT RUN" and "clauses" not in a:
             out.append(f"**Verdict: NOT RUN** ({a.get('reason', '')})\n")
             continue
-        c = a["counts"]
-        out.append(f"**Verdict: {a['verdict']}**: {c.get('pass', 0)} clauses passed, {c.get('fail', 0)} failed, "
-                   f"{c.get('not applicable', 0)} not applicable, {c.get('skipped', 0)} skipped, {c.get('not run', 0)} not run.\n")
+        cov = a.get("coverage") or {}
+        out.append(f"**Verdict: {a['verdict']}**: {cov.get('summary', '')}.\n")
+        out += [f"- {line}" for line in cov.get("details", [])]
+        if cov.get("details"):
+            out.append("")
         out.append("The verdict holds for the declaration below: a clause the declaration rules out is *not "
                    "applicable* (reason given) and says nothing about the kernel. Outputs are compared with a "
                    "float64 oracle under the tolerance rule of `conformance/harness/tolerance.py`.\n")

@@ -3,9 +3,11 @@
 A conformance suite meets broken kernels by design, so a broken kernel must produce a failure of
 the clause that was running, with a specific message, and the rest of the suite must go on. Each
 call here therefore: refuses cases the declaration rules out (as *not applicable*, with the reason);
-runs the adapter under a per-call timeout; turns an exception into a failure naming the exception;
-checks the result's type, shape and dtype; and checks that the inputs were not modified and that
-the result is not a view of them.
+fails a case the kernel refuses (``NotApplicable``) although its declaration covers it, since an
+undeclared refusal would let a kernel pass by declining what it gets wrong; counts the cases that
+ran (the verdict's case coverage); runs the adapter under a per-call timeout; turns an exception
+into a failure naming the exception; checks the result's type, shape and dtype; and checks that
+the inputs were not modified and that the result is not a view of them.
 """
 
 from __future__ import annotations
@@ -17,9 +19,32 @@ import numpy as np
 import pytest
 
 from conformance.contract import Case, Declaration, NotApplicable, np_dtype
-from conformance.harness.report import AdapterError
+from conformance.harness.report import AdapterError, ClauseViolation
 
 DEFAULT_TIMEOUT = 120.0
+
+
+class UndeclaredRefusal(ClauseViolation):
+    """The kernel refused (raised ``NotApplicable`` on) a case its declaration says it supports.
+
+    A refusal is honest only when declared: otherwise a kernel could earn CONFORMS by refusing
+    every case it gets wrong. The message names the ``--declare`` that would rule the case out.
+    """
+
+
+def declarations_ruling_out(case: Case, decl: Declaration) -> list[str]:
+    """``--declare KEY=VALUE`` settings under which ``case`` would be not applicable."""
+    checks = (
+        (case.mask is not None, "bool_mask=false"),
+        (case.bias is not None, "float_mask=false"),
+        (case.is_causal, "causal=false"),
+        (case.scale is not None, "custom_scale=false"),
+        (case.is_gqa, "gqa=false"),
+        (case.dropout_p > 0, "dropout=false"),
+        (case.Dk != case.Dv, "requires_dk_eq_dv=true"),
+        (max(case.Dk, case.Dv) > 1, f"max_head_dim={max(case.Dk, case.Dv) - 1}"),
+    )
+    return [flag for cond, flag in checks if cond]
 
 
 def _call_with_timeout(fn: Callable[[], Any], timeout: float, what: str, case: Case | None = None) -> Any:
@@ -57,6 +82,7 @@ class Impl:
         self.timeout = timeout
         self.calls = 0
         self.rejected: list[str] = []  # reasons for cases hypothesis had to discard
+        self.begin()
 
     def __repr__(self) -> str:  # shown in hypothesis' falsifying examples: keep it short
         return f"Impl({self.spec or self.name!r})"
@@ -68,6 +94,24 @@ class Impl:
     @property
     def declaration(self) -> Declaration:
         return self.adapter.declaration
+
+    # -- coverage ------------------------------------------------------------------------------
+    def begin(self) -> None:
+        """Reset the per-clause coverage counters (the plugin calls this before every clause test)."""
+        self.rejected.clear()
+        self.cases_run = 0  # kernel calls that returned
+        self.refused: list[str] = []  # cases refused although the declaration covers them
+        self.examples_run = 0  # hypothesis examples that reached the kernel
+        self._last_example: Any = None
+
+    def _count_example(self) -> None:
+        from hypothesis.control import current_build_context, currently_in_test_context
+
+        if currently_in_test_context():
+            ctx = current_build_context()
+            if ctx is not self._last_example:  # held, so its id cannot be reused by a later example
+                self._last_example = ctx
+                self.examples_run += 1
 
     # -- applicability -------------------------------------------------------------------------
     def not_applicable(self, reason: str) -> None:
@@ -102,10 +146,19 @@ class Impl:
         inputs.extend(extra_inputs)
         snapshots = [(n, np.array(a, copy=True)) for n, a in inputs]
         self.calls += 1
+        self._count_example()
         try:
             result = _call_with_timeout(fn, self.timeout, f"{self.name}.{what}", case)
         except NotApplicable as exc:
-            self.not_applicable(f"the kernel refused the case: {exc}")
+            self.refused.append(case.describe())
+            flags = declarations_ruling_out(case, self.declaration)
+            rest = ",".join(d for d in sorted(self.declaration.dtypes) if d != case.dtype)
+            hint = ("a declaration that would rule it out: " + " | ".join(f"--declare {f}" for f in flags)
+                    if flags else "no feature declaration rules this case out (the spec asks every kernel to "
+                    f"take it); only dropping its dtype would: --declare dtypes={rest}")
+            raise UndeclaredRefusal(
+                f"{self.name}.{what} refused a case its declaration covers (undeclared refusal): {exc}\n"
+                f"  a refusal counts only when declared; {hint}", case) from exc
         except AdapterError:
             raise
         except Exception as exc:  # noqa: BLE001 - any kernel error is a finding, not a crash
@@ -114,6 +167,7 @@ class Impl:
             same = np.array_equal(before, np.asarray(now), equal_nan=before.dtype.kind == "f")
             if not same:
                 raise AdapterError(f"{self.name}.{what} modified its input {name!r} in place", case)
+        self.cases_run += 1
         return result, [a for _, a in inputs]
 
     def _check_array(self, arr: Any, what: str, shape: tuple, case: Case, inputs: list) -> np.ndarray:

@@ -42,7 +42,8 @@ class State:
     profile: str
     _resolved: dict[str, Any] | None = None
     impls: dict[str, Any] = field(default_factory=dict)
-    results: list[dict] = field(default_factory=list)
+    results: list[dict] = field(default_factory=list)  # verdict.ClauseResult.as_dict() records
+    verdicts: dict[str, Any] | None = None  # spec -> verdict.Verdict, computed at the end of the run
 
     @property
     def resolved(self) -> dict[str, Any]:
@@ -93,6 +94,13 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
         choices=HYPOTHESIS_PROFILES,
         default=os.environ.get("SDPA_CONFORMANCE_PROFILE", "ci"),
         help="hypothesis profile: ci (fast, derandomized) or thorough (many more examples, random seeds)",
+    )
+    group.addoption(
+        "--allow-partial",
+        action="store_true",
+        default=False,
+        help="exit 0 when a run that selected only some clauses (-k, --deselect, a file subset) passed; "
+        "the verdict still says PARTIAL, never CONFORMS",
     )
     group.addoption(
         "--call-timeout",
@@ -255,7 +263,7 @@ def impl(request: pytest.FixtureRequest):
     if spec not in state.impls:
         state.impls[spec] = Impl(res.adapter, spec=spec, timeout=state.timeout)
     handle = state.impls[spec]
-    handle.rejected.clear()
+    handle.begin()
     info = info_of(request.function)
     decl = handle.declaration
     for req in info.requires if info else ():
@@ -312,6 +320,32 @@ def _getoption(config: pytest.Config, name: str) -> Any:
         return None
 
 
+def _clause_result(item: pytest.Item, rep: pytest.TestReport, info: Any, params: dict) -> Any:
+    """The verdict's record of one clause test: its outcome, and the cases it covered."""
+    from conformance.harness import verdict
+
+    outcome, reason = rep.outcome, ""
+    if rep.skipped and isinstance(rep.longrepr, tuple):
+        reason = str(rep.longrepr[2]).removeprefix("Skipped: ")
+        if reason.startswith("not in profile"):
+            outcome = verdict.NOT_IN_PROFILE
+        elif reason.startswith("not applicable"):
+            outcome = verdict.NOT_APPLICABLE
+        else:
+            outcome = verdict.SKIPPED
+    impl = getattr(item, "funcargs", {}).get("impl")
+    counts: dict[str, Any] = {}
+    if impl is not None and hasattr(impl, "cases_run"):
+        counts = dict(cases_run=impl.cases_run, cases_declared_na=len(impl.rejected),
+                      cases_refused=len(impl.refused))
+        hyp = getattr(getattr(item, "obj", None), "_hypothesis_internal_use_settings", None)
+        if hyp is not None and getattr(item.obj, "is_hypothesis_test", False):
+            counts.update(examples_run=impl.examples_run, examples_planned=hyp.max_examples)
+    return verdict.ClauseResult(
+        clause=info.id, impl=str(params.get("impl")), dtype=params.get("dtype"), outcome=outcome,
+        reason=reason, nodeid=item.nodeid, duration=rep.duration, **counts)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     rep = yield
@@ -321,15 +355,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     callspec = getattr(item, "callspec", None)
     params = callspec.params if callspec else {}
     if rep.when == "call" or (rep.when == "setup" and rep.outcome != "passed"):
-        outcome = rep.outcome
-        reason = ""
-        if rep.skipped and isinstance(rep.longrepr, tuple):
-            reason = str(rep.longrepr[2]).removeprefix("Skipped: ")
-            outcome = "not applicable" if "not applicable" in reason else "skipped"
-        _state(item.config).results.append(
-            dict(clause=info.id, impl=params.get("impl"), dtype=params.get("dtype"), outcome=outcome,
-                 reason=reason, nodeid=item.nodeid, duration=rep.duration)
-        )
+        _state(item.config).results.append(_clause_result(item, rep, info, params).as_dict())
     if rep.failed and call.excinfo is not None and item.config.getoption("tbstyle") != "long":
         compact = _compact_failure(call.excinfo.value)
         if compact is not None:
@@ -400,21 +426,69 @@ def _compact_failure(exc: BaseException) -> str | None:
     return None
 
 
+def planned_dtypes() -> dict[str, tuple[str | None, ...]]:
+    """Every clause of the suite and the dtypes it runs with: what a full run covers.
+
+    The whole clause package is imported (a run of one file has not imported the others), so that a
+    run that selected a subset can say so instead of certifying on what it happened to collect.
+    """
+    import inspect
+
+    from conformance import catalog
+    from conformance.contract import DTYPES
+
+    plan = {}
+    for cid, info in catalog.load().items():
+        has_dtype = "dtype" in inspect.signature(info.func).parameters
+        plan[cid] = tuple(info.dtypes or DTYPES) if has_dtype else (None,)
+    return plan
+
+
+def verdicts(config: pytest.Config) -> dict[str, Any]:
+    """spec -> verdict.Verdict for every adapter with clause results in this run (computed once)."""
+    state = _state(config)
+    if state.verdicts is None:
+        from conformance.harness import verdict
+
+        rows: dict[str, list] = {}
+        for r in state.results:
+            rows.setdefault(str(r["impl"]), []).append(verdict.ClauseResult.from_dict(r))
+        plan = planned_dtypes() if rows else {}
+        state.verdicts = {spec: verdict.decide(rs, plan) for spec, rs in rows.items()}
+    return state.verdicts
+
+
+def _is_xdist_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The exit code follows the worst verdict: a partial or empty certification is not a pass."""
+    config = session.config
+    state = config.stash.get(_STATE, None)
+    if state is None or not state.results or _is_xdist_worker(config):
+        return
+    from conformance.harness import verdict
+
+    words = [v.word for v in verdicts(config).values()]
+    if config.getoption("allow_partial"):
+        words = [verdict.CONFORMS if w == verdict.PARTIAL else w for w in words]
+    code = verdict.EXIT_CODES[verdict.worst(words) or verdict.CONFORMS]
+    if code and session.exitstatus in (0, pytest.ExitCode.NO_TESTS_COLLECTED):
+        session.exitstatus = code
+
+
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     state = config.stash.get(_STATE, None)
     if state is None or not state.results:
         return
     tr = terminalreporter
     tr.section("sdpa-conformance summary")
-    by_impl: dict[str, dict[str, int]] = {}
-    for r in state.results:
-        counts = by_impl.setdefault(str(r["impl"]), {})
-        counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
-    for spec, counts in by_impl.items():
-        parts = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
-        verdict = "CONFORMS" if not counts.get("failed") and counts.get("passed") else (
-            "DOES NOT CONFORM" if counts.get("failed") else "NOT RUN")
-        tr.write_line(f"{spec}: {verdict} ({parts})")
+    for spec, v in verdicts(config).items():
+        tr.write_line(f"{spec}: {v.headline()} ({state.profile} profile)")
+        for line in v.details():
+            tr.write_line(f"    {line}")
     failed = sorted({(r["impl"], r["clause"]) for r in state.results if r["outcome"] == "failed"})
     if failed:
         tr.write_line("failed clauses: " + ", ".join(f"{c} [{i}]" for i, c in failed))

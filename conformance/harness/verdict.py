@@ -1,0 +1,207 @@
+"""The verdict: one function decides what a run says about a kernel, for the summary, the
+certificate and the exit code alike.
+
+Why a single function: the word CONFORMS is the product, and three places that each count
+outcomes their own way (as the summary and the certificate once did) drift apart. Here the rule
+is written once:
+
+* **DOES NOT CONFORM** — some clause failed (an undeclared refusal is a failure, see
+  ``harness.impl``).
+* **PARTIAL** — no failure, but some clause of the profile did not run on every dtype it plans
+  (deselected with ``-k``/``--deselect``, a file subset, stopped by ``-x``, or skipped for a reason
+  that is not the kernel's declaration). A partial run is never a certification.
+* **NOT RUN** — nothing failed and nothing passed: the declaration ruled every clause out, or the
+  adapter is unavailable here.
+* **CONFORMS** — every clause of the profile ran on every planned dtype and each passed or was not
+  applicable *by the kernel's declaration*.
+
+Clauses that belong to another profile (the long-sequence clauses of ``thorough``) are listed as
+"not in this profile" and do not count either way. Records cross process boundaries (pytest-xdist
+workers) as plain dicts, hence :meth:`ClauseResult.as_dict` / :meth:`ClauseResult.from_dict`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+PASSED = "passed"
+FAILED = "failed"
+NOT_APPLICABLE = "not applicable"  # by the kernel's declaration
+NOT_IN_PROFILE = "not in profile"
+SKIPPED = "skipped"  # anything else: adapter unavailable, an unexpected skip
+NOT_RUN = "not run"  # planned, but no result came back (deselected, interrupted)
+
+CONFORMS = "CONFORMS"
+DOES_NOT_CONFORM = "DOES NOT CONFORM"
+PARTIAL = "PARTIAL"
+NOT_RUN_VERDICT = "NOT RUN"
+
+# Exit codes: pytest's own for a failure (1) and for nothing to run (5); 6 for a partial run, so a
+# CI gate on the exit code never passes a run that covered a subset (``--allow-partial`` opts out).
+EXIT_CODES = {CONFORMS: 0, DOES_NOT_CONFORM: 1, NOT_RUN_VERDICT: 5, PARTIAL: 6}
+_SEVERITY = (CONFORMS, PARTIAL, NOT_RUN_VERDICT, DOES_NOT_CONFORM)
+
+
+@dataclass(frozen=True)
+class ClauseResult:
+    """How one clause test (clause x adapter x dtype) ended, with the cases it covered.
+
+    ``cases_run`` counts kernel calls that returned; ``cases_declared_na`` the generated cases the
+    declaration ruled out; ``cases_refused`` the cases the kernel refused although its declaration
+    covers them. For property-based clauses ``examples_planned`` is hypothesis' ``max_examples``
+    and ``examples_run`` the examples that actually reached the kernel.
+    """
+
+    clause: str
+    impl: str
+    dtype: str | None
+    outcome: str
+    reason: str = ""
+    nodeid: str = ""
+    duration: float = 0.0
+    cases_run: int = 0
+    cases_declared_na: int = 0
+    cases_refused: int = 0
+    examples_run: int | None = None
+    examples_planned: int | None = None
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ClauseResult":
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+@dataclass
+class Verdict:
+    """The verdict on one adapter and the counts behind it."""
+
+    word: str
+    clauses_planned: int
+    clauses_passed: list[str] = field(default_factory=list)
+    clauses_failed: list[str] = field(default_factory=list)
+    clauses_na: dict[str, str] = field(default_factory=dict)  # clause -> reason (by declaration)
+    clauses_missing: dict[str, str] = field(default_factory=dict)  # clause -> why it is incomplete
+    not_in_profile: list[str] = field(default_factory=list)
+    cases_run: int = 0
+    cases_refused: int = 0
+    cases_declared_na: int = 0
+    thin_examples: dict[str, str] = field(default_factory=dict)  # "ID[dtype]" -> "5 of 25 ..."
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.word]
+
+    def headline(self) -> str:
+        """One line: the word, clause coverage and case coverage."""
+        return f"{self.word}: {self.coverage()}"
+
+    def coverage(self) -> str:
+        """Clause coverage and case coverage, in one line."""
+        run = len(self.clauses_passed) + len(self.clauses_failed) + len(self.clauses_na)
+        parts = [f"{len(self.clauses_passed)}/{self.clauses_planned} clauses passed"]
+        if self.clauses_failed:
+            parts.append(f"{len(self.clauses_failed)} failed")
+        if self.clauses_na:
+            parts.append(f"{len(self.clauses_na)} not applicable by declaration")
+        if self.clauses_missing:
+            parts.append(f"{len(self.clauses_missing)} not run or incomplete ({run} of {self.clauses_planned} run)")
+        text = ", ".join(parts)
+        text += f"; {self.cases_run} cases run"
+        if self.cases_refused:
+            text += f", {self.cases_refused} refused without a declaration"
+        if self.cases_declared_na:
+            text += f", {self.cases_declared_na} generated cases not applicable by declaration"
+        return text
+
+    def details(self, limit: int = 8) -> list[str]:
+        """Indented lines that say what the headline's counts are made of."""
+        lines = []
+        if self.clauses_failed:
+            lines.append("failed: " + ", ".join(self.clauses_failed))
+        if self.clauses_missing:
+            items = sorted(self.clauses_missing.items())
+            shown = "; ".join(f"{c} ({why})" for c, why in items[:limit])
+            more = f"; ... and {len(items) - limit} more" if len(items) > limit else ""
+            lines.append(f"not run or incomplete: {shown}{more}")
+        if self.clauses_na:
+            items = sorted(self.clauses_na.items())
+            shown = "; ".join(f"{c} ({why})" for c, why in items[:limit])
+            more = f"; ... and {len(items) - limit} more" if len(items) > limit else ""
+            lines.append(f"not applicable by declaration: {shown}{more}")
+        if self.thin_examples:
+            lines.append("property clauses with fewer examples run than planned: "
+                         + "; ".join(f"{k}: {v}" for k, v in sorted(self.thin_examples.items())))
+        if self.not_in_profile:
+            lines.append("not in this profile: " + ", ".join(self.not_in_profile))
+        if self.word == PARTIAL:
+            lines.append("a partial run is not a certification: run every clause (no -k, --deselect or file subset)")
+        return lines
+
+
+def _clause_reason(rows: list[ClauseResult]) -> str:
+    reasons = sorted({r.reason.removeprefix(f"not applicable to {r.impl}: ") for r in rows if r.reason})
+    return "; ".join(reasons)[:300]
+
+
+def decide(results: Iterable[ClauseResult], planned: dict[str, tuple[str | None, ...]]) -> Verdict:
+    """The verdict on one adapter from its clause results and the run's plan.
+
+    ``planned`` maps every clause id of the suite to the dtypes it runs with (``(None,)`` for a
+    clause without a dtype axis). A planned (clause, dtype) with no result is *not run*.
+    """
+    by_clause: dict[str, dict[str | None, ClauseResult]] = {}
+    for r in results:
+        by_clause.setdefault(r.clause, {})[r.dtype] = r
+    v = Verdict(word=CONFORMS, clauses_planned=0)
+    for cid in sorted(set(planned) | set(by_clause)):
+        got = by_clause.get(cid, {})
+        rows = list(got.values())
+        for r in rows:
+            v.cases_run += r.cases_run
+            v.cases_refused += r.cases_refused
+            v.cases_declared_na += r.cases_declared_na
+            if r.examples_planned and r.outcome == PASSED and (r.examples_run or 0) < r.examples_planned:
+                v.thin_examples[f"{cid}[{r.dtype}]"] = (
+                    f"{r.examples_run or 0} of {r.examples_planned} planned examples ran"
+                    + (f" ({r.cases_declared_na} drawn cases not applicable by declaration)"
+                       if r.cases_declared_na else ""))
+        if rows and all(r.outcome == NOT_IN_PROFILE for r in rows):
+            v.not_in_profile.append(cid)
+            continue
+        v.clauses_planned += 1
+        outcomes = {r.outcome for r in rows}
+        missing = [d for d in planned.get(cid, ()) if d not in got]
+        if FAILED in outcomes:
+            v.clauses_failed.append(cid)
+        elif missing or SKIPPED in outcomes or NOT_IN_PROFILE in outcomes:
+            if not rows:
+                why = "not selected or not run"
+            elif missing:
+                why = "not run for " + ", ".join(str(d) for d in missing)
+            else:
+                why = "skipped: " + _clause_reason([r for r in rows if r.outcome == SKIPPED])
+            v.clauses_missing[cid] = why
+        elif PASSED in outcomes:
+            v.clauses_passed.append(cid)
+        else:
+            v.clauses_na[cid] = _clause_reason(rows)
+    if v.clauses_failed:
+        v.word = DOES_NOT_CONFORM
+    elif not v.clauses_passed and not any(
+        r.outcome in (PASSED, FAILED) for rows in by_clause.values() for r in rows.values()
+    ):
+        v.word = NOT_RUN_VERDICT
+    elif v.clauses_missing:
+        v.word = PARTIAL
+    return v
+
+
+def worst(words: Iterable[str]) -> str | None:
+    """The most severe of several verdicts (the run's exit code follows it); None for none."""
+    words = list(words)
+    return max(words, key=_SEVERITY.index) if words else None
