@@ -94,11 +94,11 @@ def test_a_bad_value_is_one_line_naming_field_value_and_expected_type(field):
     ("max_head_dim=abc", "--declare max_head_dim='abc': expected an integer or none"),
     ("grad=maybe", "--declare grad='maybe': expected true or false"),
     ("all_blocked=zero", "--declare all_blocked='zero': expected one of 'zeros', 'nan', 'mean-v'"),
-    ("all_blocked_float_mask=zero", "--declare all_blocked_float_mask='zero': expected one of 'zeros', 'nan', "
-                                    "'mean-v' or none"),
+    ("all_blocked_float_mask=zero", ("--declare all_blocked_float_mask='zero': expected one of 'zeros', 'nan', "
+                                     "'mean-v' or none")),
     ("causal-alignment=middle", "--declare causal_alignment='middle': expected one of 'top-left', 'bottom-right'"),
-    ("dtypes=float32,float8", "--declare dtypes='float32,float8': expected a comma-separated list; unknown dtypes "
-                              "['float8']; known: float64, float32, float16, bfloat16"),
+    ("dtypes=float32,float8", ("--declare dtypes='float32,float8': expected a comma-separated list; unknown dtypes "
+                               "['float8']; known: float64, float32, float16, bfloat16")),
 ])
 def test_declare_error_messages(item, message):
     with pytest.raises(registry.ImplSpecError) as err:
