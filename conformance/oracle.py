@@ -13,8 +13,8 @@ dtype), and parameterised by the conventions a kernel may declare:
 
 GQA maps query head h to kv head ``h // (Hq // Hkv)``. The oracle is kept deliberately plain
 (materialised [B,H,T,S] scores, one einsum per product) so that it can be read against the formula;
-it imports only the contract. ``emulate`` is a second, *low-precision* reference used by the
-tolerance rule only, never as an expected value.
+it imports only the contract. The same-precision formulations that size the allowances live in
+``conformance.harness.ensemble``, never here: nothing but float64 answers comes out of this module.
 
 ``forward_blocked`` is the same float64 forward for long sequences: keys in blocks with an online
 (running max, running sum) softmax and queries in chunks, so its memory is O(chunk x block) rather
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from conformance.contract import Case, np_dtype
+from conformance.contract import Case
 
 
 @dataclass(frozen=True)
@@ -127,41 +127,6 @@ def vjp(
         return x.reshape(b, case.Hkv, g, s, d).sum(axis=2)
 
     return dq, fold(dk_e), fold(dv_e)
-
-
-def emulate(
-    case: Case, *, all_blocked: str = "zeros", causal_alignment: str = "top-left", work_dtype: str | None = None
-) -> np.ndarray:
-    """A plain same-precision kernel, used only to size tolerances (see harness.tolerance).
-
-    It models what a careful production kernel does in the working dtype: scores and softmax in
-    float32 (float64 for float64 inputs), the probabilities rounded to the working dtype before the
-    P·V product (as fused fp16/bf16 kernels feed their tensor cores), float32 accumulation, and
-    the output rounded to the working dtype. Its distance from :func:`forward` is the rounding error
-    an honest kernel can be expected to show on *this* case. ``work_dtype`` overrides the compute
-    precision (a kernel may declare that it computes float64 inputs in float32).
-    """
-    work = np.dtype(work_dtype or ("float64" if case.dtype == "float64" else "float32")).type
-    lowp = np_dtype(case.dtype)
-    q, k, v = (np.asarray(x).astype(work) for x in (case.query, case.key, case.value))
-    k, v = expand_kv(k, case.Hq), expand_kv(v, case.Hq)
-    blocked, bias = blocked_and_bias(case, causal_alignment)
-    kt = np.ascontiguousarray(np.swapaxes(k, -1, -2))  # a strided operand makes NumPy skip BLAS
-    scores = (q @ kt) * work(case.effective_scale) + bias.astype(work)
-    scores = np.where(blocked, -np.inf, scores).astype(work)
-    empty = blocked.all(axis=-1)
-    m = np.where(empty, 0.0, scores.max(axis=-1)).astype(work)
-    e = np.exp(scores - m[..., None])
-    denom = e.sum(axis=-1, keepdims=True)
-    p = np.divide(e, denom, out=np.zeros_like(e), where=denom > 0)
-    if all_blocked == "mean-v":
-        p[empty] = work(1.0 / case.S)
-    p = p.astype(lowp).astype(work)
-    out = (p @ v).astype(lowp)
-    if all_blocked == "nan":
-        out = out.astype(np.float64)
-        out[empty] = np.nan
-    return out.astype(np.float64)
 
 
 # -- long sequences -------------------------------------------------------------------------------

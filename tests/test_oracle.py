@@ -123,11 +123,3 @@ def test_causal_alignment_geometry():
     assert tl.tolist() == [[False, True, True, True], [False, False, True, True]]
     assert br.tolist() == [[False, False, False, True], [False, False, False, False]]
     assert oracle.causal_blocked(4, 4).tolist() == np.triu(np.ones((4, 4), dtype=bool), 1).tolist()
-
-
-def test_emulate_is_close_but_not_identical_in_low_precision():
-    case = random_case(8, B=1, Hq=2, T=8, S=16, Dk=16, dtype="float16")
-    exact = oracle.forward(case).out
-    emu = oracle.emulate(case)
-    err = np.abs(emu - exact).max()
-    assert 0 < err < 4e-3  # about one float16 rounding of O(1) outputs, not zero, not large

@@ -47,10 +47,9 @@ def _check_causal_weights(impl, case) -> None:
             f"(b={b}, h={h}), which the declared {decl.causal_alignment} causal mask allows",
             case,
         )
-    rule = decl.tolerance_dtype(case)
-    allowed, _ = tolerance.allowed(want.weights, None, rule)
+    allowed = compare.weights_allowance(case, decl)
     msg = mismatch_report("causal weights", w, want.weights, np.where(live[..., None], allowed, np.inf),
-                          tolerance.describe(rule))
+                          tolerance.describe(decl.tolerance_dtype(case), "observed weights"))
     if msg:
         raise ClauseViolation(msg, case)
 

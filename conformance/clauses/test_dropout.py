@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from conformance.contract import Case
-from conformance.harness import compare, tolerance
+from conformance.harness import compare
 from conformance.harness.cases import cast, random_case, random_mask
 from conformance.harness.clause import Source, clause
 from conformance.harness.impl import Impl
@@ -66,7 +66,7 @@ def binomial_two_sided_p(k: int, n: int, p: float) -> float:
     ORDER,
     requires=["dropout"],
     kills=["dropout_no_rescale", "dropout_before_softmax"],
-    tolerance="a kept weight w' must satisfy |w' - w/(1-p)| <= the default rule applied to w/(1-p) (no reference)",
+    tolerance="a kept weight w' must satisfy |w' - w/(1-p)| <= the error model's weight allowance for w, divided by (1-p)",
 )
 def test_dropout_values(impl, dtype):
     _needs_dropout(impl)
@@ -77,7 +77,7 @@ def test_dropout_values(impl, dtype):
     want = compare.expected(case.replace(dropout_p=0.0), impl.declaration)
     scaled = want.weights / (1.0 - p)
     compare.assert_blocked_zero(w, want.blocked, case, " under dropout (mask before softmax, §7.3)")
-    allowed, _ = tolerance.allowed(scaled, None, impl.declaration.tolerance_dtype(case))
+    allowed = compare.weights_allowance(case.replace(dropout_p=0.0), impl.declaration) / (1.0 - p)
     kept = (w != 0) & ~want.blocked
     bad = kept & (np.abs(w - scaled) > allowed)
     if bad.any():
@@ -195,7 +195,7 @@ def test_dropout_mean(impl, dtype):
     u = np.einsum("bhtd,bhsd->bhts", c, ve)
     ranges_sq = float(np.sum((w * u / (1.0 - p)) ** 2))
     t = math.sqrt(ranges_sq * math.log(2.0 / ALPHA) / (2.0 * n_seeds))
-    rounding = float(np.max([np.sum(tolerance.allowed(np.abs(o), None, impl.declaration.tolerance_dtype(case))[0]) for o in outs]))
+    rounding = float(np.sum(compare.output_allowance(undropped, impl.declaration))) / (1.0 - p)
     err = abs(z - z_want)
     check(
         err <= t + rounding,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.harness import compare, tolerance
+from conformance.harness import compare
 from conformance.harness.cases import random_case, random_mask, rng_for
 from conformance.harness.clause import Source, clause
 from conformance.harness.report import ClauseViolation, fail, mismatch_report
@@ -64,7 +64,7 @@ def _strided(x: np.ndarray, how: str) -> np.ndarray:
     "result of their contiguous copies",
     LAYOUT,
     kills=["assumes_c_contiguous"],
-    tolerance="|out(view) - out(copy)| <= 2 * the default rule's allowance (two honest results of one case)",
+    tolerance="|out(view) - out(copy)| <= 2 * the error model's allowance (two honest results of one case)",
 )
 def test_layout_independent(impl, dtype):
     B, H, T, S = 2, 3, 5, 7
@@ -72,11 +72,11 @@ def test_layout_independent(impl, dtype):
     impl.require(case)
     want = impl.forward(case)
     decl = impl.declaration
-    allowed = 2 * tolerance.allowed(compare.expected(case, decl).out, compare.reference(case, decl), dtype)[0]
+    allowed = 2 * compare.output_allowance(case, decl)
     for how in ("BTHD", "every-other", "reversed"):
         view = case.replace(query=_strided(case.query, how), key=_strided(case.key, how),
                             value=_strided(case.value, how), label=f"{how} views")
         msg = mismatch_report(f"output for {how} views vs contiguous copies", impl.forward(view), want, allowed,
-                              "2 * default rule (harness.tolerance)")
+                              "2 * the error model's allowance (harness.tolerance)")
         if msg:
             raise ClauseViolation(msg, view)

@@ -4,7 +4,7 @@ Each clause compares the kernel with itself on two inputs whose exact answers ar
 or linearly related). The inputs are built so that the relation is exact on the numbers the kernel
 receives (shifts and combinations stay on a grid the working dtype represents exactly), so the only
 slack needed is each output's own rounding: the allowance is the sum of the two outputs' allowances
-under the default rule (harness.tolerance), by the triangle inequality through the exact answer.
+under the error model (harness.tolerance), by the triangle inequality through the exact answer.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance.contract import Case
-from conformance.harness import compare, tolerance
+from conformance.harness import compare
 from conformance.harness.cases import cast, random_case, random_mask, rng_for
 from conformance.harness.clause import Source, clause
 from conformance.harness.impl import Impl
@@ -27,12 +27,12 @@ MAX_SHIFT = Source(
 )
 ROLES = Source("000", "§1 最小直觉：一次带权检索", "Value：匹配后真正取回的信息。")
 SHAPES = Source("000", "§4 完整 Shape 检查", "weights: [B, H, T, S]")
-RULE = "|out_a - out_b| <= allowed(a) + allowed(b), each the default rule (harness.tolerance) on its own case"
+RULE = "|out_a - out_b| <= allowed(a) + allowed(b), each the error model's allowance (harness.tolerance) for its own case"
 
 
 def _allowance(impl: Impl, case: Case) -> np.ndarray:
     decl = impl.declaration
-    return tolerance.allowed(compare.expected(case, decl).out, compare.reference(case, decl), case.dtype)[0]
+    return compare.output_allowance(case, decl)
 
 
 def _assert_same(what: str, got: np.ndarray, want: np.ndarray, allowed: np.ndarray, case: Case) -> None:
@@ -121,7 +121,7 @@ def test_row_shift(impl, dtype, data, seed):
     "the output is linear in V: out(2 V1 - V2/2) = 2 out(V1) - out(V2)/2",
     ROLES,
     kills=["value_in_similarity"],
-    tolerance="|out(V3) - 2 out(V1) + out(V2)/2| <= allowed(V3) + 2 allowed(V1) + allowed(V2)/2 (default rule)",
+    tolerance="|out(V3) - 2 out(V1) + out(V2)/2| <= allowed(V3) + 2 allowed(V1) + allowed(V2)/2 (error model)",
 )
 @examples(8)
 @given(data=st.data(), seed=seeds)
@@ -141,7 +141,7 @@ def test_linear_in_value(impl, dtype, data, seed):
     "each output row lies in the convex hull of the visible value rows (per coordinate, between their min and max)",
     WEIGHTED_SUM,
     kills=["mask_after_softmax", "softmax_query_axis"],
-    tolerance="slack = the default rule's allowance for the output (the oracle's output lies inside the hull exactly)",
+    tolerance="slack = the error model's allowance for the output (the oracle's output lies inside the hull exactly)",
 )
 @examples(8)
 @given(data=st.data(), seed=seeds, offset=st.sampled_from([0.0, 3.0]))
