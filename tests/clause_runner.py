@@ -38,8 +38,24 @@ def dtypes_for(info: ClauseInfo, only: str | None = None) -> list[str | None]:
     return list(info.dtypes or DTYPES)
 
 
+def by_the_guard(exc: BaseException) -> bool:
+    """True when a failure comes from the guarded call (``Impl``: the kernel raised, refused a case
+    its declaration covers, hung, returned a wrong shape, dtype or type, touched its inputs), not
+    from a check of the clause's own: the guard fails the same way whichever clause is running."""
+    from conformance.harness import impl as impl_module
+    from conformance.harness.report import AdapterError
+
+    guards = (AdapterError, *(c for c in (getattr(impl_module, "UndeclaredRefusal", None),) if c is not None))
+    if type(exc).__name__ in ("ExceptionGroup", "BaseExceptionGroup"):
+        return all(by_the_guard(e) for e in exc.exceptions)
+    return isinstance(exc, guards)
+
+
 def run_clause(info: ClauseInfo, adapter, dtype: str | None) -> str:
-    """'passed', 'failed: <message>' or 'skipped: <reason>'."""
+    """'passed', 'failed: <message>', 'failed (guard): <message>' or 'skipped: <reason>'.
+
+    'failed (guard)' marks a failure raised by the guarded call rather than by the clause's checks
+    (see :func:`by_the_guard`); both start with 'failed'."""
     impl = Impl(adapter, spec=getattr(adapter, "name", "adapter"), timeout=0)
     kwargs = {"impl": impl}
     if dtype is not None:
@@ -47,13 +63,13 @@ def run_clause(info: ClauseInfo, adapter, dtype: str | None) -> str:
     try:
         info.func(**kwargs)
     except AssertionError as exc:
-        return f"failed: {exc}"
+        return f"failed{' (guard)' if by_the_guard(exc) else ''}: {exc}"
     except BaseException as exc:
         if isinstance(exc, pytest.skip.Exception):
             return f"skipped: {exc}"
         if type(exc).__name__ in ("ExceptionGroup", "BaseExceptionGroup") and all(
             isinstance(e, AssertionError) for e in exc.exceptions
         ):
-            return f"failed: {exc}"
+            return f"failed{' (guard)' if by_the_guard(exc) else ''}: {exc}"
         raise
     return "passed"

@@ -317,3 +317,43 @@ class IgnoreCustomScale(BaseKernel):
 
     def scale(self, case):
         return case.Dk**-0.5
+
+
+@mutant("decode_gqa_scale_from_dv")
+class DecodeGqaScaleFromDv(BaseKernel):
+    """A decode path specialised for T = 1 with grouped heads and Dk != Dv (latent attention, e.g.
+    Dk = 192 against Dv = 128) that takes the softmax scale from the value head dim: every other
+    shape runs the general path and is right."""
+
+    def scale(self, case):
+        if case.T == 1 and case.is_gqa and case.Dk != case.Dv and case.scale is None:
+            return case.Dv ** -0.5
+        return super().scale(case)
+
+
+@mutant("gqa_weights_of_first_head")
+class GqaWeightsOfFirstHead(BaseKernel):
+    """Returns weights materialised per kv head ([B, Hkv, T, S], the group's first query head) and
+    repeated to Hq heads for the caller; the output itself is computed right."""
+
+    def __init__(self, name="gqa_weights_of_first_head"):
+        super().__init__(name)
+        self.declaration = self.declaration.replace(returns_weights=True)
+
+    def forward_with_weights(self, case):
+        w = self.weights(case)
+        g = case.Hq // case.Hkv
+        w = np.repeat(w[:, ::g], g, axis=1)
+        return self.forward(case), np.ascontiguousarray(w).astype(np_dtype(case.dtype))
+
+
+@mutant("half_output_cast")
+class HalfOutputCast(BaseKernel):
+    """Restores every 16-bit input dtype through ``.half()`` (float16) before the final cast: right
+    for float16, and for bfloat16 while |out| < 65504; larger bfloat16 outputs become inf."""
+
+    def finish(self, out, case):
+        if case.dtype == "bfloat16":
+            with np.errstate(over="ignore"):
+                out = out.astype(np.float16)
+        return super().finish(out, case)

@@ -199,22 +199,33 @@ class KvTruncatedToQueryLength(BaseKernel):
 
 @mutant("drop_key_tail_tile32")
 class DropKeyTailTile32(BaseKernel):
-    """A kernel tiled over keys in blocks of 32 whose loop bound is S // 32: the last partial tile
-    of keys is never visited (so with S < 32 no key is)."""
+    """A kernel tiled over keys in blocks of 32 whose loop bound is S // 32 once there is more than
+    one tile: the last partial tile of keys is never visited. Right when S <= 32 (one tile, handled
+    by a separate path) and when S is a multiple of 32, so only a shape past one tile with a partial
+    tail (S = 33, 40, 129, ...) shows it."""
+
+    TILE = 32
 
     def blocked(self, case):
-        b = super().blocked(case).copy()
-        b[..., (case.S // 32) * 32:] = True
+        b = super().blocked(case)
+        if case.S > self.TILE and case.S % self.TILE:
+            b = b.copy()
+            b[..., (case.S // self.TILE) * self.TILE:] = True
         return b
 
 
 @mutant("drop_query_tail_tile32")
 class DropQueryTailTile32(BaseKernel):
-    """Tiled over queries in blocks of 32 with loop bound T // 32: tail query rows stay zero."""
+    """Tiled over queries in blocks of 32 with loop bound T // 32 once there is more than one tile:
+    the rows of the last partial tile stay zero. Right when T <= 32 or T is a multiple of 32."""
+
+    TILE = 32
 
     def forward(self, case):
-        out = super().forward(case).copy()
-        out[:, :, (case.T // 32) * 32:, :] = 0
+        out = super().forward(case)
+        if case.T > self.TILE and case.T % self.TILE:
+            out = out.copy()
+            out[:, :, (case.T // self.TILE) * self.TILE:, :] = 0
         return out
 
 

@@ -1,10 +1,11 @@
 """Mutants for the dropout, gradient, metamorphic, determinism, input and bad-input clauses.
 
-Two correct kernels live here beside the bugs, because ``BaseKernel`` declares neither dropout nor a
-backward split into steps: :class:`DropoutKernel` (inverted dropout after softmax, the article's
-``F.dropout(weights, ...)``) and :class:`GradKernel` (the backward with one hook per step). They are
-not registered as mutants (nothing should kill them); each mutant below subclasses one of the three
-correct kernels and overrides exactly one hook.
+Three correct kernels live here beside the bugs, because ``BaseKernel`` declares neither dropout, nor
+a backward split into steps, nor batch invariance: :class:`DropoutKernel` (inverted dropout after
+softmax, the article's ``F.dropout(weights, ...)``), :class:`GradKernel` (the backward with one hook
+per step) and :class:`BatchInvariantKernel` (each batch item computed alone). They are not
+registered as mutants (nothing should kill them); each mutant below subclasses one of the correct
+kernels and overrides exactly one hook.
 """
 
 from __future__ import annotations
@@ -211,6 +212,31 @@ class NondeterministicNoise(BaseKernel):
         return (out + noise).astype(lowp)
 
 
+class BatchInvariantKernel(BaseKernel):
+    """Correct and batch invariant by construction: each batch item is computed alone, so its bits
+    cannot depend on the batch around it. Declares ``batch_invariant=True``, so that
+    BATCH-INVARIANT-02 runs on a correct kernel (the base declares False and is not applicable)."""
+
+    def __init__(self, name: str = "batch-invariant-base"):
+        super().__init__(name)
+        self.declaration = self.declaration.replace(batch_invariant=True)
+
+    @staticmethod
+    def _item(x, b: int, B: int):
+        if x is None or np.ndim(x) < 4 or np.shape(x)[0] != B or B == 1:
+            return x  # no batch axis of its own: broadcast over the batch as it is
+        return np.asarray(x)[b:b + 1]
+
+    def forward(self, case: Case) -> np.ndarray:
+        self.validate(case)
+        items = []
+        for b in range(case.B):
+            item = case.replace(query=case.query[b:b + 1], key=case.key[b:b + 1], value=case.value[b:b + 1],
+                                mask=self._item(case.mask, b, case.B), bias=self._item(case.bias, b, case.B))
+            items.append(super().forward(item))
+        return np.concatenate(items, axis=0)
+
+
 @mutant("batch_dependent_reduction")
 class BatchDependentReduction(BaseKernel):
     """Splits the P·V reduction over keys into chunks whose size depends on the batch size (a split-K
@@ -244,6 +270,25 @@ class ScalesQueryInPlace(BaseKernel):
 
     def scale(self, case):
         return case.effective_scale
+
+
+@mutant("keeps_input_as_scratch")
+class KeepsInputAsScratch(BaseKernel):
+    """Keeps the caller's key array as a scratch buffer for the next call of the same shape (to save
+    an allocation) and stages that call's keys in it: every call is right and leaves its own inputs
+    alone, and the previous caller's key is overwritten after its call returned."""
+
+    def __init__(self, name="keeps_input_as_scratch"):
+        super().__init__(name)
+        self._scratch: np.ndarray | None = None
+
+    def forward(self, case):
+        out = super().forward(case)
+        buf, key = self._scratch, case.key
+        if buf is not None and buf is not key and buf.shape == key.shape and buf.dtype == key.dtype:
+            np.copyto(buf, key)
+        self._scratch = key
+        return out
 
 
 @mutant("assumes_c_contiguous")
@@ -315,3 +360,29 @@ class BadInputCrashesKeyError(BaseKernel):
         except (ValueError, TypeError):
             shapes = tuple(np.shape(x) for x in (case.query, case.key, case.value))
             raise KeyError(f"no kernel compiled for shapes {shapes}, dtype {np.asarray(case.query).dtype}") from None
+
+
+# -- the V = I probe ---------------------------------------------------------------------------
+@mutant("v_channel_scale_nan")
+class VChannelScaleNan(BaseKernel):
+    """Quantised P·V with a per-channel scale of V (as int8/fp8 kernels do): out = (P @ (V / s)) * s
+    with s = max |V| per channel, unguarded, so a value channel that is all zero gives 0/0 = NaN.
+    Real inputs never have such a channel; the widened V = I probe does, in its padding columns."""
+
+    def forward(self, case):
+        self.validate(case)
+        _, _, v = self.operands(case)
+        p = self.weights(case)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            s = np.abs(v).max(axis=-2, keepdims=True)
+            out = (p @ (v / s)) * s
+        return self.finish(out, case)
+
+
+@mutant("dropout_drops_everything")
+class DropoutDropsEverything(DropoutKernel):
+    """Treats any dropout_p > 0 as "drop all" (a keep test written ``r >= 1 - p`` on the wrong
+    variable, here: keep nothing): the output is 0, and no kept weight is ever wrong."""
+
+    def keep(self, case):
+        return np.zeros(case.weights_shape, dtype=bool)

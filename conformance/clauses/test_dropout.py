@@ -45,9 +45,9 @@ def _dropout_case(dtype: str, seed: int, p: float, *, T: int = 32, S: int = 16, 
     return random_case(seed, B=2, Hq=2, T=T, S=S, Dk=8, Dv=8, dtype=dtype, mask=m, dropout_p=p, magnitude=0.5)
 
 
-def binomial_two_sided_p(k: int, n: int, p: float) -> float:
-    """Exact two-sided tail 2*min(P(X <= k), P(X >= k)) for X ~ Binomial(n, p), summed in log space
-    (lgamma is accurate to ~1e-15 relative, far below the 1e-6 level the clause decides at)."""
+def binomial_tails(k: int, n: int, p: float) -> tuple[float, float]:
+    """Exact (P(X <= k), P(X >= k)) for X ~ Binomial(n, p), summed in log space (lgamma is accurate
+    to ~1e-15 relative, far below the 1e-6 level the clauses decide at)."""
     logs = [
         math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * math.log(p) + (n - i) * math.log1p(-p)
         for i in range(n + 1)
@@ -55,17 +55,23 @@ def binomial_two_sided_p(k: int, n: int, p: float) -> float:
     top = max(logs)
     pmf = [math.exp(v - top) for v in logs]
     scale = math.exp(top)
-    lower = math.fsum(pmf[: k + 1]) * scale
-    upper = math.fsum(pmf[k:]) * scale
-    return min(1.0, 2.0 * min(lower, upper))
+    return math.fsum(pmf[: k + 1]) * scale, math.fsum(pmf[k:]) * scale
+
+
+def binomial_two_sided_p(k: int, n: int, p: float) -> float:
+    """Exact two-sided tail 2*min(P(X <= k), P(X >= k)) for X ~ Binomial(n, p)."""
+    return min(1.0, 2.0 * min(binomial_tails(k, n, p)))
 
 
 @clause(
     "DROPOUT-VALUES-01",
-    "with dropout each observed weight is exactly 0 (dropped) or its undropped value / (1 - p); blocked keys stay 0",
+    "with dropout each observed weight is exactly 0 (dropped) or its undropped value / (1 - p); blocked keys stay 0; "
+    "enough weights survive for the check to have power",
     ORDER,
     requires=["dropout"],
-    kills=["dropout_no_rescale", "dropout_before_softmax"],
+    kills=["dropout_no_rescale", "dropout_before_softmax", "dropout_drops_everything"],
+    fpr="1e-6: too few survivors is decided by the exact lower binomial tail of the kept count (1510 visible "
+    "weights, keep probability 0.7) at 1e-6",
     tolerance="a kept weight w' must satisfy |w' - w/(1-p)| <= the error model's weight allowance for w, divided by (1-p)",
 )
 def test_dropout_values(impl, dtype):
@@ -79,6 +85,18 @@ def test_dropout_values(impl, dtype):
     compare.assert_blocked_zero(w, want.blocked, case, " under dropout (mask before softmax, §7.3)")
     allowed = compare.weights_allowance(case.replace(dropout_p=0.0), impl.declaration) / (1.0 - p)
     kept = (w != 0) & ~want.blocked
+    # The value check looks only at survivors: a kernel that drops (nearly) every weight would pass it
+    # vacuously, so the survivors must be as many as a keep probability of 1 - p gives (one-sided).
+    visible = int((~want.blocked).sum())
+    survivors = int(kept.sum())
+    lower_tail, _ = binomial_tails(survivors, visible, 1.0 - p)
+    check(
+        lower_tail > ALPHA,
+        f"only {survivors} of {visible} visible weights survived dropout_p = {p} (expected about "
+        f"{visible * (1 - p):.0f}; P(kept <= {survivors}) = {lower_tail:.3g} <= {ALPHA:g}): too few survivors "
+        "for the kept values to be checked",
+        case,
+    )
     bad = kept & (np.abs(w - scaled) > allowed)
     if bad.any():
         idx = tuple(int(i) for i in np.argwhere(bad)[0])

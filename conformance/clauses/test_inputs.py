@@ -19,9 +19,10 @@ COPIES = Source("000", "§8 最小 PyTorch 实现", "q = query.to(work_dtype)")
 
 @clause(
     "INPUTS-UNTOUCHED-01",
-    "the kernel never modifies its inputs (q, k, v, mask, bias, and the output cotangent of the backward)",
+    "the kernel never modifies its inputs (q, k, v, mask, bias, and the output cotangent of the backward), "
+    "during the call or after it returned",
     COPIES,
-    kills=["scales_query_in_place"],
+    kills=["scales_query_in_place", "keeps_input_as_scratch"],
 )
 def test_inputs_untouched(impl, dtype):
     decl = impl.declaration
@@ -42,6 +43,16 @@ def test_inputs_untouched(impl, dtype):
         for name, snap in before.items():
             if not np.array_equal(snap, np.asarray(arrays[name]), equal_nan=True):
                 fail(f"{what} modified its input {name!r} in place", case)
+    # The guard compares each call's own inputs before and after that call. A kernel can also write
+    # an earlier caller's arrays later (a buffer it kept as scratch or cache): one more call, on other
+    # arrays of the same shapes, must leave the first call's inputs as they were.
+    later = random_case(94, B=B, Hq=H, T=T, S=S, Dk=8, Dv=8, dtype=dtype, mask=case.mask, bias=case.bias,
+                        label="a later call on other arrays")
+    impl.forward(later)
+    for name, snap in before.items():
+        if not np.array_equal(snap, np.asarray(arrays[name]), equal_nan=True):
+            fail(f"a later call (on other arrays) modified the earlier call's input {name!r}: the kernel kept the "
+                 "caller's array and wrote into it after returning", case)
 
 
 def _strided(x: np.ndarray, how: str) -> np.ndarray:

@@ -60,12 +60,29 @@ def observe_weights(impl: Impl, case: Case) -> np.ndarray:
         return np.asarray(w, dtype=np.float64)
     probe = probe_case(case, square=impl.declaration.requires_dk_eq_dv)
     out = np.asarray(impl.forward(probe), dtype=np.float64)
-    S = case.S
+    check_padding(out, case.S, probe)
+    return out[..., :case.S]
+
+
+def check_padding(out: np.ndarray, S: int, probe: Case) -> None:
+    """The probe's columns beyond S are exactly 0, on every row, whatever the weights are.
+
+    They are ``sum_j w[t, j] * 0``: anything else (a number, inf, NaN) means the kernel mixed value
+    columns or produced garbage where it had nothing to add. The one exception is a row whose
+    weight columns are all NaN too (a declared ``nan`` fill for an all-blocked row): there every
+    column is NaN, and the clause judges that row's weights against the declaration.
+    """
     pad = out[..., S:]
-    if np.any(np.nan_to_num(pad, nan=0.0) != 0):
+    nan_rows = np.isnan(out[..., :S]).all(axis=-1, keepdims=True)
+    bad = (pad != 0) & ~(nan_rows & np.isnan(pad))  # NaN != 0, so NaN counts as bad outside NaN rows
+    if bad.any():
+        idx = tuple(int(i) for i in np.argwhere(bad)[0])
+        kinds = {"NaN": int(np.isnan(pad[bad]).sum()), "inf": int(np.isinf(pad[bad]).sum())}
+        kinds["nonzero finite"] = int(bad.sum()) - kinds["NaN"] - kinds["inf"]
+        what = ", ".join(f"{n} {k}" for k, n in kinds.items() if n)
+        at = list(idx[:-1]) + [idx[-1] + S]
         raise ClauseViolation(
-            "with V = identity (zero-padded), output columns beyond S must be 0, "
-            f"got max |out[..., S:]| = {np.nanmax(np.abs(pad)):.3g}",
+            f"with V = identity (zero-padded to width {out.shape[-1]}), output columns beyond S={S} must be exactly 0; "
+            f"{int(bad.sum())} of {pad.size} are not ({what}); first at {at}: {out[tuple(at)]!r}",
             probe,
         )
-    return out[..., :S]
