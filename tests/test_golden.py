@@ -226,4 +226,25 @@ def test_drift_mutant_fails_golden_but_base_passes():
     info = load_catalog()["GOLDEN-01"]
     assert run_clause(info, MUTANTS["base"](), "float32") == "passed"
     verdict = run_clause(info, MUTANTS["output_drift_1e-3"](), "float32")
-    assert verdict.startswith("failed") and "golden fixtures in float32 disagree" in verdict
+    assert verdict.startswith("failed") and "golden fixtures checked in float32 disagree" in verdict
+
+
+def test_refused_fixtures_fail_the_golden_clause_unless_declared_away():
+    """A kernel cannot pass GOLDEN-01 by refusing the fixtures it gets wrong: a refusal of a fixture
+    its declaration covers fails the clause; declaring the feature away makes those fixtures not apply."""
+    from conformance.contract import NotApplicable
+    from implementations.numpy_kernel import NumpyAdapter
+
+    class RefusesCausal(NumpyAdapter):
+        def forward(self, case):
+            if case.is_causal:
+                raise NotApplicable("no causal here")
+            return super().forward(case)
+
+    info = load_catalog()["GOLDEN-01"]
+    kernel = RefusesCausal()
+    verdict = run_clause(info, kernel, "float32")
+    assert verdict.startswith("failed") and "were refused although the declaration covers them" in verdict, verdict
+    assert "causal-float32.npz" in verdict and "--declare causal=false" in verdict
+    kernel.declaration = kernel.declaration.replace(causal=False)
+    assert run_clause(info, kernel, "float32") == "passed"
