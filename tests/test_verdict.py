@@ -91,16 +91,22 @@ def test_kernels_that_refuse_cases_without_declaring_it_do_not_conform():
 
 
 def test_a_clause_selection_is_partial_and_exits_non_zero(tmp_path):
-    pytest.importorskip("torch", reason="the cheating kernels are plain torch-signature functions")
     cert = tmp_path / "cert.json"
-    proc = _pytest("--impl=tests.cheaters:zeros", "-k", "test_output_shape", f"--certificate={cert}")
+    proc = _pytest("--impl=numpy", "-k", "test_output_shape", f"--certificate={cert}")
     assert proc.returncode == 6, proc.stdout[-3000:]
-    assert _summary(proc, "tests.cheaters:zeros").startswith("tests.cheaters:zeros: PARTIAL: ")
-    doc = json.loads(cert.read_text())["adapters"]["tests.cheaters:zeros"]
+    assert _summary(proc, "numpy").startswith("numpy: PARTIAL: ")
+    doc = json.loads(cert.read_text())["adapters"]["numpy"]
     assert doc["verdict"] == "PARTIAL"
     assert "**Verdict: PARTIAL**" in cert.with_suffix(".md").read_text()
-    allowed = _pytest("--impl=tests.cheaters:zeros", "-k", "test_output_shape", "--allow-partial")
-    assert allowed.returncode == 0 and "PARTIAL" in _summary(allowed, "tests.cheaters:zeros")
+    allowed = _pytest("--impl=numpy", "-k", "test_output_shape", "--allow-partial")
+    assert allowed.returncode == 0 and "PARTIAL" in _summary(allowed, "numpy")
+
+
+def test_zeros_under_a_clause_selection_never_conforms():
+    pytest.importorskip("torch", reason="the cheating kernels are plain torch-signature functions")
+    proc = _pytest("--impl=tests.cheaters:zeros", "-k", "test_output_shape or test_dtype")
+    assert proc.returncode != 0, proc.stdout[-3000:]
+    assert "CONFORMS:" not in _summary(proc, "tests.cheaters:zeros").replace("NOT CONFORM", "")
 
 
 def test_declaring_nothing_is_not_run_and_exits_non_zero():

@@ -295,16 +295,13 @@ class BaselineItem(pytest.Item):
         self.spec, self.directory, self.recording = spec, directory, recording
 
     def _impl(self):
-        from conformance.harness.impl import Impl
-        from conformance.harness.plugin import get_state
+        from conformance.harness.runstate import get_state
 
         state = get_state(self.config)
         res = state.resolved[self.spec]
-        if res.adapter is None or res.reason:
+        if not res.usable:
             pytest.skip(f"baseline for {self.spec} skipped: the adapter is unavailable here ({res.reason})")
-        if self.spec not in state.impls:
-            state.impls[self.spec] = Impl(res.adapter, spec=self.spec, timeout=state.timeout)
-        return state.impls[self.spec]
+        return state.guarded(self.spec)
 
     def runtest(self) -> None:
         impl = self._impl()
@@ -358,7 +355,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 @pytest.hookimpl(trylast=True)  # after the plugin keeps "clauses only" in a certification run
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
-    from conformance.harness.plugin import get_state
+    from conformance.harness.runstate import get_state
 
     rec, base = config.getoption("record_baseline"), config.getoption("baseline")
     state = get_state(config)

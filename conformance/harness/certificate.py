@@ -39,7 +39,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     info = info_of(getattr(item, "function", None)) if hasattr(item, "function") else None
     if info is None:
         return rep
-    from conformance.harness.plugin import reproduce_command
+    from conformance.harness.failures import reproduce_command
 
     text = ""
     exc = getattr(call, "excinfo", None)
@@ -85,8 +85,7 @@ def _error_stats(config: pytest.Config, spec: str, impl: Any, base: dict) -> tup
 def build(config: pytest.Config) -> dict:
     from conformance import SPEC_REVISION, __version__, fixtures
     from conformance.harness import baseline
-    from conformance.harness.impl import Impl
-    from conformance.harness.plugin import get_state, verdicts
+    from conformance.harness.runstate import get_state, verdicts
 
     state = get_state(config)
     run_verdicts = verdicts(config) if state and state.results else {}
@@ -107,11 +106,11 @@ def build(config: pytest.Config) -> dict:
     for spec, res in (state.resolved.items() if state else []):
         rows = [r for r in state.results if r["impl"] == spec]
         entry: dict[str, Any] = {"spec": spec}
-        if res.adapter is None or res.reason:
+        if not res.usable:
             entry.update(verdict="NOT RUN", reason=f"unavailable here: {res.reason}")
             doc["adapters"][spec] = entry
             continue
-        impl = state.impls.get(spec) or Impl(res.adapter, spec=spec, timeout=state.timeout)
+        impl = state.guarded(spec)
         v = run_verdicts.get(spec)
         by_clause: dict[str, list[dict]] = {}
         for r in rows:

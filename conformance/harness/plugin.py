@@ -1,75 +1,33 @@
 """The pytest plugin (entry point ``pytest11: sdpa_conformance``).
 
 It adds ``--impl`` and friends, turns every clause function into one test per (adapter, dtype),
-reports clauses a kernel's declaration rules out as *not applicable* with the reason, and wraps
-each clause failure with the clause id, the spec sentence and a command that reproduces it.
-Loaded for every pytest run in an environment where the package is installed, so it imports
-nothing heavy at module level and does nothing for tests that are not clauses.
+reports clauses a kernel's declaration rules out as *not applicable* with the reason, wraps each
+clause failure with the clause id, the spec sentence and a command that reproduces it
+(harness.failures), and ends the run with one verdict per adapter (harness.verdict), which the exit
+code follows. The run's state lives in harness.runstate, shared with the sub-plugins (certificate,
+baseline, self-defense) registered here. Loaded for every pytest run in an environment where the
+package is installed, so it imports nothing heavy at module level and does nothing for tests that
+are not clauses.
 """
 
 from __future__ import annotations
 
 import os
-import shlex
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from conformance.harness import baseline, certificate, failures, runstate, selfdefense
 from conformance.harness.clause import info_of
+from conformance.harness.runstate import State, get_state
 
-_STATE = pytest.StashKey["State"]()
-HYPOTHESIS_PROFILES = ("ci", "thorough")
-DEFAULT_CALL_TIMEOUT = 120.0
-# Optional harness plugins (certificates, baselines, ...) living in their own modules; each is
-# registered when present, so features can be added without touching this file.
-SUBPLUGINS = (
-    "conformance.harness.certificate",
-    "conformance.harness.baseline",
-    "conformance.harness.golden_plugin",
-    "conformance.harness.selfdefense",
-)
-
-
-@dataclass
-class State:
-    specs: list[str]
-    explicit: bool
-    declare: list[str]
-    overrides: dict[str, Any]
-    timeout: float
-    profile: str
-    _resolved: dict[str, Any] | None = None
-    impls: dict[str, Any] = field(default_factory=dict)
-    results: list[dict] = field(default_factory=list)  # verdict.ClauseResult.as_dict() records
-    verdicts: dict[str, Any] | None = None  # spec -> verdict.Verdict, computed at the end of the run
-
-    @property
-    def resolved(self) -> dict[str, Any]:
-        """spec -> registry.Resolved. Built-ins are resolved (which imports torch and jax) only
-        when first needed, i.e. when clauses are collected: the plugin is loaded by every pytest
-        run in the environment, and a run that collects no clause must not pay for those imports."""
-        if self._resolved is None:
-            from conformance.harness import registry
-
-            resolved = {}
-            for spec in self.specs:
-                try:
-                    resolved[spec] = registry.resolve(spec, self.overrides if self.explicit else None)
-                except registry.ImplSpecError as exc:  # only a broken built-in can get here
-                    resolved[spec] = registry.Resolved(spec, None, str(exc))
-            self._resolved = resolved
-        return self._resolved
+SUBPLUGINS = (certificate, baseline, selfdefense)
 
 
 def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
-    import importlib
-    import importlib.util
-
-    for name in SUBPLUGINS:
-        if importlib.util.find_spec(name) is not None and not pluginmanager.has_plugin(name):
-            pluginmanager.register(importlib.import_module(name), name)
+    for sub in SUBPLUGINS:
+        if not pluginmanager.is_registered(sub):
+            pluginmanager.register(sub, sub.__name__)
     group = parser.getgroup("sdpa-conformance", "SDPA conformance suite")
     group.addoption(
         "--impl",
@@ -91,7 +49,7 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
     group.addoption("--impl-list", action="store_true", help="list available adapters and their declarations, then exit")
     group.addoption(
         "--conformance-profile",
-        choices=HYPOTHESIS_PROFILES,
+        choices=runstate.HYPOTHESIS_PROFILES,
         default=os.environ.get("SDPA_CONFORMANCE_PROFILE", "ci"),
         help="hypothesis profile: ci (fast, derandomized) or thorough (many more examples, random seeds)",
     )
@@ -105,29 +63,24 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
     group.addoption(
         "--call-timeout",
         type=float,
-        default=DEFAULT_CALL_TIMEOUT,
+        default=runstate.DEFAULT_CALL_TIMEOUT,
         metavar="SECONDS",
         help="a single kernel call that takes longer fails its clause (0 disables the guard)",
     )
 
 
 def _state(config: pytest.Config) -> State:
-    return config.stash[_STATE]
-
-
-def get_state(config: pytest.Config) -> State | None:
-    """The run's state (resolved adapters, per-clause results) for sub-plugins; None before configure."""
-    return config.stash.get(_STATE, None)
+    return config.stash[runstate.STATE_KEY]
 
 
 def pytest_configure(config: pytest.Config) -> None:
     from conformance.harness import registry, strategies
 
     strategies.register_profiles()
-    profile = config.getoption("conformance_profile")
+    profile = config.getoption(runstate.OPT_PROFILE)
     strategies.load_profile(profile)
-    specs = [s.strip() for opt in config.getoption("impl") for s in opt.split(",") if s.strip()]
-    declare = config.getoption("declare")
+    specs = [s.strip() for opt in config.getoption(runstate.OPT_IMPL) for s in opt.split(",") if s.strip()]
+    declare = config.getoption(runstate.OPT_DECLARE)
     if declare and not specs:
         raise pytest.UsageError("--declare needs --impl: a declaration describes one kernel, not every built-in")
     try:
@@ -137,9 +90,9 @@ def pytest_configure(config: pytest.Config) -> None:
     explicit = bool(specs)
     if not specs:
         specs = list(registry.builtin_names())
-    state = State(specs, explicit, declare, overrides, config.getoption("call_timeout"), profile)
-    config.stash[_STATE] = state
-    if config.getoption("impl_list") or not explicit:
+    state = State(specs, explicit, declare, overrides, config.getoption(runstate.OPT_CALL_TIMEOUT), profile)
+    config.stash[runstate.STATE_KEY] = state
+    if config.getoption(runstate.OPT_IMPL_LIST) or not explicit:
         return
     # Named on the command line: resolve now, so that a bad --impl is a usage error (exit 4).
     resolved = {}
@@ -152,32 +105,28 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
-    if not config.getoption("impl_list"):
+    """``--impl-list``: every adapter known here, whether it can run, and what it declares."""
+    if not config.getoption(runstate.OPT_IMPL_LIST):
         return None
     from conformance.harness import registry
 
-    config._do_configure()
-    try:
-        names = registry.known_names()
-        for name, target in sorted(names.items()):
-            try:
-                res = registry.resolve(name)
-            except registry.ImplSpecError as exc:
-                print(f"{name:28s} ERROR {exc}")
-                continue
-            status = "available" if res.adapter is not None and not res.reason else f"unavailable: {res.reason}"
-            print(f"{name:28s} {target}  [{status}]")
-            if res.adapter is not None:
-                for key, value in res.adapter.declaration.as_dict().items():
-                    print(f"    {key:18s} {value}")
-    finally:
-        config._ensure_unconfigure()
+    for name, target in sorted(registry.known_names().items()):
+        try:
+            res = registry.resolve(name)
+        except registry.ImplSpecError as exc:
+            print(f"{name:28s} ERROR {exc}")
+            continue
+        status = "available" if res.usable else f"unavailable: {res.reason}"
+        print(f"{name:28s} {target}  [{status}]")
+        if res.adapter is not None:
+            for key, value in res.adapter.declaration.as_dict().items():
+                print(f"    {key:18s} {value}")
     return 0
 
 
 def _certifying_from_testpaths(config: pytest.Config) -> bool:
     """True for ``pytest --impl=X`` at the repo root: a certification run, not a self-test run."""
-    state = config.stash.get(_STATE, None)
+    state = get_state(config)
     return bool(state and state.explicit and config.args_source == pytest.Config.ArgsSource.TESTPATHS)
 
 
@@ -196,12 +145,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    state = config.stash.get(_STATE, None)
+    state = get_state(config)
     if state is None or not state.explicit:
         return []  # a default run resolves built-ins lazily; the summary lists them
     lines = [f"sdpa-conformance: hypothesis profile {state.profile}; call timeout {state.timeout:g}s"]
     for spec, res in state.resolved.items():
-        if res.adapter is None or res.reason:
+        if not res.usable:
             lines.append(f"  {spec}: unavailable here ({res.reason})")
         else:
             d = res.adapter.declaration
@@ -222,7 +171,7 @@ def _clause_specs(state: State) -> list[str]:
     each unavailable built-in is reported once, by test_adapter_availability, with its reason."""
     if state.explicit:
         return state.specs
-    return [s for s in state.specs if state.resolved[s].adapter is not None and not state.resolved[s].reason]
+    return [s for s in state.specs if state.resolved[s].usable]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -253,16 +202,12 @@ def _requirement_met(decl: Any, req: str) -> tuple[bool, str]:
 @pytest.fixture
 def impl(request: pytest.FixtureRequest):
     """The kernel under test for this clause test, guarded (see conformance.harness.impl)."""
-    from conformance.harness.impl import Impl
-
     state = _state(request.config)
     spec = request.param
     res = state.resolved[spec]
-    if res.adapter is None or res.reason:
+    if not res.usable:
         pytest.skip(f"{spec} is unavailable here: {res.reason}")
-    if spec not in state.impls:
-        state.impls[spec] = Impl(res.adapter, spec=spec, timeout=state.timeout)
-    handle = state.impls[spec]
+    handle = state.guarded(spec)
     handle.begin()
     info = info_of(request.function)
     decl = handle.declaration
@@ -280,70 +225,7 @@ def impl(request: pytest.FixtureRequest):
 def availability(config: pytest.Config, spec: str) -> str | None:
     """Why adapter ``spec`` cannot run here, or None."""
     res = _state(config).resolved[spec]
-    return res.reason if (res.adapter is None or res.reason) else None
-
-
-def reproduce_command(item: pytest.Item) -> str:
-    """One command that reruns exactly this clause test, with every option that changes its inputs."""
-    state = _state(item.config)
-    config = item.config
-    path = Path(str(item.path))
-    try:
-        shown = path.relative_to(Path(config.invocation_params.dir))
-    except ValueError:
-        shown = path
-    cmd = ["pytest", f"{shown}::{item.name}"]
-    spec = getattr(item, "callspec", None) and item.callspec.params.get("impl")
-    if spec:
-        cmd.append(f"--impl={spec}")
-    cmd += [f"--declare={d}" for d in state.declare]
-    if state.profile != "ci":
-        cmd.append(f"--conformance-profile={state.profile}")
-    if state.timeout != DEFAULT_CALL_TIMEOUT:
-        cmd.append(f"--call-timeout={state.timeout:g}")
-    for opt, flag in (("conformance_random_seeds", "--conformance-random-seeds"),):
-        if _getoption(config, opt):
-            cmd.append(flag)
-    seed = _getoption(config, "hypothesis_seed")
-    if seed is not None:
-        cmd.append(f"--hypothesis-seed={seed}")
-    text = " ".join(shlex.quote(c) for c in cmd)
-    if (state.profile != "ci" or _getoption(config, "conformance_random_seeds")) and seed is None:
-        text += "  (random examples: add the @reproduce_failure line printed above, or rerun with --hypothesis-seed)"
-    return text
-
-
-def _getoption(config: pytest.Config, name: str) -> Any:
-    try:
-        return config.getoption(name)
-    except ValueError:  # an option of a plugin that is not loaded
-        return None
-
-
-def _clause_result(item: pytest.Item, rep: pytest.TestReport, info: Any, params: dict) -> Any:
-    """The verdict's record of one clause test: its outcome, and the cases it covered."""
-    from conformance.harness import verdict
-
-    outcome, reason = rep.outcome, ""
-    if rep.skipped and isinstance(rep.longrepr, tuple):
-        reason = str(rep.longrepr[2]).removeprefix("Skipped: ")
-        if reason.startswith("not in profile"):
-            outcome = verdict.NOT_IN_PROFILE
-        elif reason.startswith("not applicable"):
-            outcome = verdict.NOT_APPLICABLE
-        else:
-            outcome = verdict.SKIPPED
-    impl = getattr(item, "funcargs", {}).get("impl")
-    counts: dict[str, Any] = {}
-    if impl is not None and hasattr(impl, "cases_run"):
-        counts = dict(cases_run=impl.cases_run, cases_declared_na=len(impl.rejected),
-                      cases_refused=len(impl.refused))
-        hyp = getattr(getattr(item, "obj", None), "_hypothesis_internal_use_settings", None)
-        if hyp is not None and getattr(item.obj, "is_hypothesis_test", False):
-            counts.update(examples_run=impl.examples_run, examples_planned=hyp.max_examples)
-    return verdict.ClauseResult(
-        clause=info.id, impl=str(params.get("impl")), dtype=params.get("dtype"), outcome=outcome,
-        reason=reason, nodeid=item.nodeid, duration=rep.duration, **counts)
+    return None if res.usable else res.reason
 
 
 @pytest.hookimpl(wrapper=True)
@@ -352,23 +234,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     info = info_of(getattr(item, "function", None)) if hasattr(item, "function") else None
     if info is None:
         return rep
-    callspec = getattr(item, "callspec", None)
-    params = callspec.params if callspec else {}
     if rep.when == "call" or (rep.when == "setup" and rep.outcome != "passed"):
-        _state(item.config).results.append(_clause_result(item, rep, info, params).as_dict())
+        _state(item.config).results.append(runstate.clause_result(item, rep, info).as_dict())
     if rep.failed and call.excinfo is not None and item.config.getoption("tbstyle") != "long":
-        compact = _compact_failure(call.excinfo.value)
+        compact = failures.compact_failure(call.excinfo.value)
         if compact is not None:
             rep.longrepr = compact
     if rep.failed:
-        text = (
-            f"clause {info.id}: {info.title}\n"
-            f"spec: {info.source.cite()}\n"
-            + (f"tolerance: {info.tolerance}\n" if info.tolerance else "")
-            + (f"false-positive rate: {info.fpr}\n" if info.fpr else "")
-            + f"reproduce: {reproduce_command(item)}"
-        )
-        rep.sections.insert(0, ("sdpa-conformance", text))
+        rep.sections.insert(0, ("sdpa-conformance", failures.clause_section(item, info)))
     return rep
 
 
@@ -390,89 +263,17 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function):
         pytest.skip(f"not applicable to {impl.name}: none of the generated cases applied: {common}")
 
 
-def _describe_exception(exc: BaseException) -> str:
-    import traceback
-
-    from conformance.harness.report import AdapterError
-
-    text = f"{type(exc).__name__}: {exc}"
-    if isinstance(exc, AdapterError) and exc.__cause__ is not None:
-        cause = exc.__cause__
-        here = str(Path(__file__).resolve().parents[2])
-        frames = [f for f in traceback.extract_tb(cause.__traceback__) if not f.filename.startswith(here)]
-        if frames:
-            text += "\n  the kernel's own traceback (suite and adapter frames hidden):\n" + "".join(
-                traceback.format_list(frames[-4:])).rstrip()
-    notes = getattr(exc, "__notes__", None) or []
-    if notes:
-        text += "\n" + "\n".join(str(n) for n in notes)
-    return text
-
-
-def _compact_failure(exc: BaseException) -> str | None:
-    """The clause's own message (plus hypothesis' falsifying example) instead of a source listing.
-
-    Only clause violations are compacted; any other exception is a bug in the suite or the test
-    and keeps pytest's full traceback. ``--tb=long`` keeps the full traceback for everything.
-    """
-    from conformance.harness.report import ClauseViolation
-
-    if isinstance(exc, ClauseViolation):
-        return _describe_exception(exc)
-    group = exc if isinstance(exc, BaseExceptionGroup) else None
-    if group is not None and all(isinstance(e, ClauseViolation) for e in group.exceptions):
-        parts = [f"[{i}] " + _describe_exception(e) for i, e in enumerate(group.exceptions, 1)]
-        return f"{len(parts)} distinct failures:\n" + "\n\n".join(parts)
-    return None
-
-
-def planned_dtypes() -> dict[str, tuple[str | None, ...]]:
-    """Every clause of the suite and the dtypes it runs with: what a full run covers.
-
-    The whole clause package is imported (a run of one file has not imported the others), so that a
-    run that selected a subset can say so instead of certifying on what it happened to collect.
-    """
-    import inspect
-
-    from conformance import catalog
-    from conformance.contract import DTYPES
-
-    plan = {}
-    for cid, info in catalog.load().items():
-        has_dtype = "dtype" in inspect.signature(info.func).parameters
-        plan[cid] = tuple(info.dtypes or DTYPES) if has_dtype else (None,)
-    return plan
-
-
-def verdicts(config: pytest.Config) -> dict[str, Any]:
-    """spec -> verdict.Verdict for every adapter with clause results in this run (computed once)."""
-    state = _state(config)
-    if state.verdicts is None:
-        from conformance.harness import verdict
-
-        rows: dict[str, list] = {}
-        for r in state.results:
-            rows.setdefault(str(r["impl"]), []).append(verdict.ClauseResult.from_dict(r))
-        plan = planned_dtypes() if rows else {}
-        state.verdicts = {spec: verdict.decide(rs, plan) for spec, rs in rows.items()}
-    return state.verdicts
-
-
-def _is_xdist_worker(config: pytest.Config) -> bool:
-    return hasattr(config, "workerinput")
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """The exit code follows the worst verdict: a partial or empty certification is not a pass."""
     config = session.config
-    state = config.stash.get(_STATE, None)
-    if state is None or not state.results or _is_xdist_worker(config):
+    state = get_state(config)
+    if state is None or not state.results or runstate.is_xdist_worker(config):
         return
     from conformance.harness import verdict
 
-    words = [v.word for v in verdicts(config).values()]
-    if config.getoption("allow_partial"):
+    words = [v.word for v in runstate.verdicts(config).values()]
+    if config.getoption(runstate.OPT_ALLOW_PARTIAL):
         words = [verdict.CONFORMS if w == verdict.PARTIAL else w for w in words]
     code = verdict.EXIT_CODES[verdict.worst(words) or verdict.CONFORMS]
     if code and session.exitstatus in (0, pytest.ExitCode.NO_TESTS_COLLECTED):
@@ -480,12 +281,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    state = config.stash.get(_STATE, None)
+    state = get_state(config)
     if state is None or not state.results:
         return
     tr = terminalreporter
     tr.section("sdpa-conformance summary")
-    for spec, v in verdicts(config).items():
+    for spec, v in runstate.verdicts(config).items():
         tr.write_line(f"{spec}: {v.headline()} ({state.profile} profile)")
         for line in v.details():
             tr.write_line(f"    {line}")

@@ -46,6 +46,11 @@ class Resolved:
     def name(self) -> str:
         return str(getattr(self.adapter, "name", self.spec)) if self.adapter is not None else self.spec
 
+    @property
+    def usable(self) -> bool:
+        """The adapter loaded and says it can run here."""
+        return self.adapter is not None and not self.reason
+
 
 def builtin_names() -> dict[str, str]:
     from implementations import BUILTINS

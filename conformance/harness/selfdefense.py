@@ -1,6 +1,6 @@
 """Sub-plugin: the suite defending itself against bad invocations and against its own runners.
 
-Registered by ``conformance.harness.plugin`` when present. It adds:
+Registered by ``conformance.harness.plugin``. It adds:
 
 * usage checks the core plugin does not make (``--baseline`` together with ``--record-baseline``, a
   negative ``--call-timeout``): each is one line and exit code 4, like pytest's own usage errors;
@@ -17,6 +17,9 @@ from __future__ import annotations
 
 import pytest
 
+from conformance.harness import runstate
+from conformance.harness.runstate import get_state, getoption
+
 RESULT_KEY = "sdpa_conformance_result"
 RANDOM_PROFILE = "ci-random"
 
@@ -32,26 +35,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def _opt(config: pytest.Config, name: str):
-    try:
-        return config.getoption(name)
-    except ValueError:  # the option belongs to a sub-plugin that is not installed
-        return None
-
-
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
-    if _opt(config, "baseline") and _opt(config, "record_baseline"):
+    if getoption(config, runstate.OPT_BASELINE) and getoption(config, runstate.OPT_RECORD_BASELINE):
         raise pytest.UsageError("--baseline and --record-baseline conflict: record a baseline in one run, compare with it in another")
-    timeout = _opt(config, "call_timeout")
+    timeout = getoption(config, runstate.OPT_CALL_TIMEOUT)
     if timeout is not None and timeout < 0:
         raise pytest.UsageError(f"--call-timeout={timeout:g}: expected seconds >= 0 (0 disables the guard)")
-    if _opt(config, "conformance_random_seeds"):
+    if getoption(config, runstate.OPT_RANDOM_SEEDS):
         from hypothesis import settings
 
         from conformance.harness import strategies
 
-        if _opt(config, "conformance_profile") == "thorough":
+        if getoption(config, runstate.OPT_PROFILE) == "thorough":
             raise pytest.UsageError("--conformance-random-seeds is for the ci profile; thorough is already random")
         strategies.register_profiles()
         settings.register_profile(
@@ -63,19 +59,13 @@ def pytest_configure(config: pytest.Config) -> None:
         strategies.load_profile(RANDOM_PROFILE)
 
 
-def _is_worker(config: pytest.Config) -> bool:
-    return hasattr(config, "workerinput")
-
-
 def _is_xdist_controller(config: pytest.Config) -> bool:
-    return not _is_worker(config) and config.pluginmanager.has_plugin("dsession")
+    return not runstate.is_xdist_worker(config) and config.pluginmanager.has_plugin("dsession")
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
-    from conformance.harness.plugin import get_state
-
-    state = get_state(item.config) if _is_worker(item.config) else None
+    state = get_state(item.config) if runstate.is_xdist_worker(item.config) else None
     before = len(state.results) if state is not None else 0
     rep = yield
     if state is not None:
@@ -91,8 +81,6 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     config = _CONFIG.get("config")
     if config is None or not _is_xdist_controller(config):
         return
-    from conformance.harness.plugin import get_state
-
     state = get_state(config)
     if state is not None:
         state.results.extend(props)
