@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -149,7 +150,7 @@ def test_certifying_a_plain_function_needs_no_adapter(tmp_path):
     sel = ["-k", "worked_example or mask_before_softmax", "--allow-partial"]  # a subset: PARTIAL, exit 0 if it passed
     ok = run_pytest(["--pyargs", "conformance", "--impl=userkernel:my_sdpa", *sel], tmp_path, tmp_path)
     assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr[-2000:]
-    assert "userkernel:my_sdpa: PARTIAL: 2/61 clauses passed" in ok.stdout
+    assert re.search(r"userkernel:my_sdpa: PARTIAL: 2/\d+ clauses passed", ok.stdout), ok.stdout[-2000:]
     bad = run_pytest(["--pyargs", "conformance", "--impl=userkernel:broken_sdpa", *sel], tmp_path, tmp_path)
     assert bad.returncode == 1, bad.stdout[-3000:]
     assert "clause MASK-BEFORE-SOFTMAX-01" in bad.stdout and "reproduce: pytest" in bad.stdout
@@ -173,7 +174,7 @@ def test_entry_point_adapters_are_listed_and_usable(tmp_path):
     run = run_pytest(["--pyargs", "conformance", "--impl=thirdparty", "-k", "worked_example", "--allow-partial"],
                      tmp_path, site)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
-    assert "thirdparty: PARTIAL: 1/61 clauses passed" in run.stdout
+    assert re.search(r"thirdparty: PARTIAL: 1/\d+ clauses passed", run.stdout), run.stdout[-2000:]
 
 
 def test_property_clause_whose_every_case_is_refused_is_an_undeclared_refusal(tmp_path):
