@@ -187,13 +187,19 @@ class Impl:
 
     def call_raw(self, case: Case) -> tuple[Any, BaseException | None]:
         """Call ``forward`` on a case the declaration is NOT consulted for, e.g. a deliberately
-        invalid one; returns (result, None) or (None, exception). Hangs still time out."""
+        invalid one; returns (result, None) or (None, exception), ``NotApplicable`` included: the
+        caller (``harness.rejection``) judges it, and never counts a refusal as a rejection. A call
+        that returns or raises is a case run; a hang still fails the clause (``AdapterError``)."""
+        self.calls += 1
         try:
-            return _call_with_timeout(lambda: self.adapter.forward(case), self.timeout, f"{self.name}.forward", case), None
+            result = _call_with_timeout(lambda: self.adapter.forward(case), self.timeout, f"{self.name}.forward", case)
         except AdapterError:
             raise
         except Exception as exc:  # noqa: BLE001 - the caller judges the exception
+            self.cases_run += 1
             return None, exc
+        self.cases_run += 1
+        return result, None
 
     def forward(self, case: Case) -> np.ndarray:
         """The kernel's output for ``case``; not-applicable cases skip with the declared reason."""
