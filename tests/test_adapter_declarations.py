@@ -473,6 +473,26 @@ def test_validates_inputs(adapter):
         assert accepted, f"declares no validation, yet rejected every invalid case: {outcomes}"
 
 
+def test_rejection_classes_are_declared(adapter):
+    """Every error an adapter raises for an invalid input is of a class its ``rejects_with``
+    declares (the rejection clauses count no other), and a head ratio that is not an integer is
+    rejected, not refused with NotApplicable, by every adapter that declares GQA (GQA-RATIO-04)."""
+    declared = set(adapter.declaration.rejects_with)
+    undeclared = {}
+    for what, case in _invalid_cases(adapter).items():
+        try:
+            adapter.forward(case)
+        except NotApplicable as exc:
+            if what == "Hq not a multiple of Hkv" and adapter.declaration.gqa:
+                undeclared[what] = f"NotApplicable({exc})"
+        except Exception as exc:  # noqa: BLE001 - the class is what is measured
+            mro = type(exc).__mro__
+            names = {c.__name__ for c in mro} | {f"{c.__module__}.{c.__qualname__}" for c in mro}
+            if not names & declared:
+                undeclared[what] = f"{type(exc).__module__}.{type(exc).__name__}({str(exc)[:80]})"
+    assert not undeclared, f"rejects_with={sorted(declared)}, but raised: {undeclared}"
+
+
 # ---------------------------------------------------------------------------------------------
 # Import safety and refusal reasons (CPU-only facts)
 
