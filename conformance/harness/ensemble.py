@@ -16,7 +16,8 @@ forward
                            blocks in reverse (float32 accumulation in different orders);
     ``split-2`` / ``split-3``
                            flash-decoding: the keys split in parts, each normalised on its own, the
-                           parts merged with their log-sum-exps;
+                           parts merged with their log-sum-exps (``split-3`` stores the partial
+                           outputs in the working dtype, as vLLM's paged attention v2 does);
 backward
     ``fa-recompute``       FlashAttention's backward: P = exp(s - lse) recomputed, dV = round(P)^T dO,
                            D = rowsum(dO * O) from the *rounded* forward output, dS = P (dP - D)
@@ -174,7 +175,7 @@ def _online(prep: Prepared, size: int, reverse: bool = False) -> np.ndarray:
         return acc / l
 
 
-def _split(prep: Prepared, parts: int) -> np.ndarray:
+def _split(prep: Prepared, parts: int, store_partials: bool = False) -> np.ndarray:
     s = prep.scores()
     w = prep.work
     edges = np.linspace(0, prep.S, parts + 1).round().astype(int)
@@ -189,7 +190,8 @@ def _split(prep: Prepared, parts: int) -> np.ndarray:
         with np.errstate(invalid="ignore", divide="ignore"):
             o = (prep.rnd(e) @ prep.v[..., a:b, :]) / l
             lse = np.where(l > 0, m + np.log(l), -np.inf).astype(w)
-        outs.append(np.where(l > 0, o, w(0)))
+        o = np.where(l > 0, o, w(0))
+        outs.append(prep.rnd(o) if store_partials else o)
         lses.append(lse)
     lse_all = np.stack(lses)
     top = np.where(np.isneginf(lse_all.max(axis=0)), w(0), lse_all.max(axis=0))
@@ -209,7 +211,7 @@ FORWARD: dict[str, Callable[[Prepared], np.ndarray]] = {
     "online-16": lambda p: _online(p, 16),
     "online-rev-5": lambda p: _online(p, 5, reverse=True),
     "split-2": lambda p: _split(p, 2),
-    "split-3": lambda p: _split(p, 3),
+    "split-3": lambda p: _split(p, 3, store_partials=True),
 }
 
 

@@ -38,12 +38,15 @@ Forward, per query row with visible keys j (blocked keys carry exactly zero weig
   move by at most exp(2 eps) whether the kernel normalises (max-subtract) or not (exp(s - lse),
   split-KV mass errors); the gamma term covers exp() and division (a few u_a each), the running-sum
   rescales of an online softmax (one per block, at most S) and the split merge.
-* ``bound_out = omega WV + [u_w (1+omega) WV + eta N] + gamma(S)(1+omega) WV + u_a |o| + round(u_w)``
-  with WV = sum_j w_j |v_j| and N = sum over visible j of |v_j|: the weights' error, P rounded to d
-  before P·V (subnormal P rounds absolutely), the P·V accumulation, the final division, and the
-  output's own rounding ``max(u_w (|o| + pre), eta)``. The ``omega WV`` term uses |v_j|, not
+* ``bound_out = omega WV + [2 u_w (1+omega) WV + eta N] + gamma(S)(1+omega) WV + u_a |o| + round(u_w)``
+  with WV = sum_j w_j |v_j| and N = sum over visible j of |v_j|: the weights' error; P rounded to d
+  before P·V (subnormal P rounds absolutely) and, once more, partial outputs stored in d before a
+  split-KV merge (vLLM's paged attention v2 keeps them in the output dtype): two roundings of at
+  most u_w WV; the P·V accumulation; the final division; the output's own rounding
+  ``max(u_w (|o| + pre), eta)``. The ``omega WV`` term uses |v_j|, not
   |v_j - o|, because non-normalising formulations (exp(s - lse), split merges) err in total mass.
-* Observed weights (V = I): ``bound_w = (omega + 2 u_w + u_a)(1 + omega) w + 2 eta``.
+* Observed weights (V = I): ``bound_w = (omega + 3 u_w + u_a)(1 + omega) w + 3 eta``: P rounded, a
+  stored partial output, the output's rounding; the division by l after P·V.
 
 Backward (FlashAttention's recomputation, with dS rounded to d before its GEMMs), elementwise
 absolute bounds carried through dV = P^T dO, dP = dO V^T, D = rowsum(dO * O) or rowsum(P * dP)
@@ -163,7 +166,7 @@ def forward_bound(case: Case, fwd: Forward, rm: RowModel) -> np.ndarray:
     wv = rm.weights @ v
     n_vis = rm.visible.astype(np.float64) @ v
     grow = 1.0 + rm.omega
-    pre = (_scaled(rm.omega, wv) + _scaled(prec.u_w * grow, wv) + prec.eta * n_vis
+    pre = (_scaled(rm.omega, wv) + _scaled(2 * prec.u_w * grow, wv) + prec.eta * n_vis
            + _scaled(prec.gamma(case.S) * grow, wv))
     if prec.inputs_rounded:
         pre = pre + prec.u_a * wv
@@ -176,7 +179,7 @@ def weights_bound(rm: RowModel) -> np.ndarray:
     """First-order bound on |observed weight - oracle weight| per element, [B, Hq, T, S]."""
     prec = rm.prec
     grow = 1.0 + rm.omega
-    return _scaled((rm.omega + 2 * prec.u_w + prec.u_a) * grow, rm.weights) + 2 * prec.eta * rm.visible
+    return _scaled((rm.omega + 3 * prec.u_w + prec.u_a) * grow, rm.weights) + 3 * prec.eta * rm.visible
 
 
 def grad_bound(case: Case, fwd: Forward, rm: RowModel, out_bound: np.ndarray, grad_out: np.ndarray,
