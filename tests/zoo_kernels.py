@@ -33,6 +33,7 @@ zoo-reversed-pairwise       keys visited last to first: P·V accumulated key by 
 from __future__ import annotations
 
 import math
+from itertools import pairwise
 
 import numpy as np
 
@@ -124,7 +125,7 @@ class MaxSubPRounded(ZooKernel):
         work = _work(case)
         rnd = _rounder(case, work)
         q, k, v = (np.asarray(x).astype(work) for x in (case.query, case.key, case.value))
-        s, _, l, lse = self._softmax_stats(case, work, q, k)
+        s, _, _, lse = self._softmax_stats(case, work, q, k)
         o = self.forward(case).astype(work)  # the stored, rounded output
         live = np.isfinite(lse)
         p = np.where(live, np.exp(s - np.where(live, lse, 0)), work(0))
@@ -298,7 +299,7 @@ class FlashDecoding(ZooKernel):
                     edges.append(min(S, edges[-1] + size))
             while edges[-1] < S:
                 edges.append(min(S, edges[-1] + 9))
-        return list(zip(edges[:-1], edges[1:]))
+        return list(pairwise(edges))
 
     def attend(self, case, work, q, k, v):
         rnd = _rounder(case, work)

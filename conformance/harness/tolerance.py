@@ -208,11 +208,11 @@ def grad_bound(case: Case, fwd: Forward, rm: RowModel, out_bound: np.ndarray, gr
     d_exact = (p * dp).sum(axis=-1, keepdims=True)
     via_out = (np.abs(do) * out_bound).sum(axis=-1, keepdims=True) \
         + (prec.gamma(case.Dv) + ir) * (np.abs(do) * np.abs(o)).sum(axis=-1, keepdims=True)
-    via_p = (pi * np.abs(dp) + p * e_dp).sum(axis=-1, keepdims=True) \
+    via_p = (_scaled(pi, np.abs(dp)) + p * e_dp).sum(axis=-1, keepdims=True) \
         + prec.gamma(case.S) * (p * np.abs(dp)).sum(axis=-1, keepdims=True)
     e_d = np.maximum(via_out, via_p)
     ds = p * (dp - d_exact)
-    e_ds = pi * np.abs(dp - d_exact) + (p + pi) * (e_dp + e_d) + 2 * prec.u_a * np.abs(ds)
+    e_ds = _scaled(pi, np.abs(dp - d_exact)) + _scaled(p + pi, e_dp + e_d) + 2 * prec.u_a * np.abs(ds)
     e_ds = e_ds + _round(prec, np.abs(ds) + e_ds) * rm.visible  # dS rounded to d before dQ, dK
     e_ds = np.where(live & rm.visible, e_ds, 0.0)
     ads = np.abs(ds) + e_ds
@@ -245,7 +245,12 @@ def grad_bound(case: Case, fwd: Forward, rm: RowModel, out_bound: np.ndarray, gr
 
 
 def combine(bound: np.ndarray, ensemble_err: np.ndarray | None) -> np.ndarray:
-    """allowed = max(bound, C_ENS * ensemble error); non-finite ensemble errors are ignored."""
+    """allowed = max(bound, C_ENS * ensemble error); non-finite ensemble errors are ignored.
+
+    A NaN bound would accept any answer (every comparison with NaN is false), so it is an error here.
+    """
+    if np.isnan(bound).any():
+        raise ValueError("error model produced a NaN bound: a term multiplies an infinite factor by zero")
     if ensemble_err is None:
         return bound
     e = np.where(np.isfinite(ensemble_err), ensemble_err, 0.0)

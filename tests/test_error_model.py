@@ -1,0 +1,113 @@
+"""The error model (harness.tolerance, harness.ensemble) against its own claims.
+
+* Every same-precision ensemble member stays inside the first-order bound, forward, observed
+  weights and backward, on varied cases (shapes, GQA, masks, causal, biases, large logits): the
+  bound alone admits them, so the ensemble term is a safety net, not the thing that lets them pass.
+* The members are honest, not exact: close to the oracle and, in float16, not equal to it.
+* Allowances are never NaN (a NaN allowance would accept anything); an ill-conditioned row
+  (|scores| ~ 2e9) gets an unbounded allowance below float64 and a finite one in float64, and an
+  unbounded allowance still rejects NaN.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conformance import oracle
+from conformance.clauses.test_mask_kinds import dominant_blocked_case
+from conformance.contract import DTYPES, Declaration
+from conformance.harness import compare, ensemble, tolerance
+from conformance.harness.cases import random_case, random_mask
+from conformance.harness.impl import Impl
+from conformance.harness.probes import probe_case
+from conformance.harness.report import ClauseViolation
+
+DECL = Declaration()
+
+
+def _cases(dtype: str) -> list:
+    rng = np.random.default_rng(11)
+    out = []
+    for i in range(12):
+        B, Hkv, g = int(rng.integers(1, 3)), int(rng.integers(1, 3)), int(rng.integers(1, 3))
+        T, S, D = int(rng.integers(1, 12)), int(rng.integers(1, 30)), int(rng.choice([1, 4, 16, 64]))
+        mask = random_mask(i, (B, 1, T, S)) if i % 3 == 0 else None
+        bias = 2.0 * rng.standard_normal((T, S)) if i % 4 == 1 else None
+        out.append(random_case(i, B=B, Hq=Hkv * g, Hkv=Hkv, T=T, S=S, Dk=D, Dv=D, dtype=dtype, mask=mask, bias=bias,
+                               is_causal=bool(i % 2), magnitude=float(rng.choice([0.5, 1.0, 3.0]))))
+    return out
+
+
+def _ratio(err: np.ndarray, bound: np.ndarray) -> float:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return float(np.max(np.where(err > 0, err / bound, 0.0), initial=0.0))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_ensemble_members_stay_inside_the_bound(dtype):
+    worst: dict[str, float] = {}
+    for case in _cases(dtype):
+        fwd = compare.expected(case, DECL)
+        rm = tolerance.row_model(case, fwd, tolerance.precision(dtype, dtype))
+        ob = tolerance.forward_bound(case, fwd, rm)
+        wb = tolerance.weights_bound(rm)
+        for name, out in ensemble.forward_members(case).items():
+            worst[name] = max(worst.get(name, 0.0), _ratio(tolerance.ensemble_error([out], fwd.out), ob))
+        for name, out in ensemble.forward_members(probe_case(case)).items():
+            err = tolerance.ensemble_error([out[..., :case.S]], fwd.weights)
+            worst["weights " + name] = max(worst.get("weights " + name, 0.0), _ratio(err, wb))
+        grad_out = np.random.default_rng(1).standard_normal(case.out_shape).astype(case.query.dtype)
+        want = oracle.vjp(case, grad_out)
+        bounds = tolerance.grad_bound(case, fwd, rm, ob, grad_out)
+        for name, grads in ensemble.backward_members(case, grad_out).items():
+            for what, got, exact, bound in zip("qkv", grads, want, bounds):
+                key = f"d{what} {name}"
+                worst[key] = max(worst.get(key, 0.0), _ratio(tolerance.ensemble_error([got], exact), bound))
+    outside = {k: round(v, 3) for k, v in worst.items() if v > 1.0}
+    assert not outside, f"members outside the first-order bound in {dtype}: {outside}"
+
+
+def test_members_are_honest_not_exact():
+    case = random_case(8, B=1, Hq=2, T=8, S=16, Dk=16, dtype="float16")
+    exact = oracle.forward(case).out
+    for name, out in ensemble.forward_members(case).items():
+        err = float(np.abs(out - exact).max())
+        assert 0 < err < 4e-3, f"{name}: {err}"  # about one float16 rounding of O(1) outputs
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_ill_conditioned_rows_are_unbounded_below_float64_and_never_nan(dtype):
+    case = dominant_blocked_case(dtype, 200)
+    grad_out = np.ones(case.out_shape, dtype=case.query.dtype)
+    allowances = [compare.output_allowance(case), compare.weights_allowance(case),
+                  *compare.grad_allowance(case, grad_out)]
+    assert not any(np.isnan(a).any() for a in allowances)
+    live = compare.expected(case, DECL).weights > 0
+    if dtype == "float64":  # u * |s| = 1e-16 * 2e9: still well conditioned
+        assert all(np.isfinite(a).all() for a in allowances)
+    else:
+        assert np.isinf(compare.weights_allowance(case)[live]).all()
+
+
+class _NanOnVisible:
+    """Exact weights except NaN on one visible row element: an unbounded allowance must still refuse it."""
+
+    name = "nan-on-visible"
+    declaration = DECL
+
+    def forward(self, case):
+        out = oracle.forward(case).out.copy()
+        out[0, 0, 0, 0] = np.nan
+        return out.astype(case.query.dtype)
+
+
+def test_unbounded_allowance_still_requires_finite():
+    case = dominant_blocked_case("float32", 200)
+    with pytest.raises(ClauseViolation, match="NaN"):
+        compare.assert_output_matches(Impl(_NanOnVisible(), spec="nan-on-visible", timeout=0), case)
+
+
+def test_nan_bound_is_refused():
+    with pytest.raises(ValueError, match="NaN"):
+        tolerance.combine(np.array([1.0, np.nan]), None)
