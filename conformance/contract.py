@@ -175,6 +175,13 @@ class Declaration:
     Every field is a claim the suite tests: features marked unsupported make the clauses that need
     them *not applicable* (reported with the reason); conventions select which oracle the output is
     compared with. Defaults describe the spec's own kernel (000_f3dcd408372d9e02.txt §8).
+
+    ``causal_with_mask`` says whether the kernel's own call takes ``is_causal`` together with a mask
+    (the article's §12: "训练 Decoder 时常常需要同时使用"). It matters to adapters that translate a
+    Case into such a call (implementations/function.py): True passes both through and any error is
+    the kernel's; False folds the causal part into the mask (torch's SDPA refuses the combination on
+    some backends); None tries both and folds only when the call rejects the combination with one of
+    the ``rejects_with`` classes. Either way the case means the union, and the clauses test that.
     """
 
     dtypes: frozenset[str] = frozenset(DTYPES)
@@ -198,6 +205,7 @@ class Declaration:
     returns_weights: bool = False
     validates_inputs: bool = False
     rejects_with: frozenset[str] = REJECTS_WITH_DEFAULT
+    causal_with_mask: bool | None = None
     notes: str = ""
 
     def __post_init__(self) -> None:

@@ -67,15 +67,18 @@ def causal_blocked(T: int, S: int, alignment: str = "top-left") -> np.ndarray:
 
 
 def sdpa_kwargs(
-    case: Case, device: str, alignment: str = "top-left", half_bias: str = "float32", mask_sense: str = "attend"
+    case: Case, device: str, alignment: str = "top-left", half_bias: str = "float32", mask_sense: str = "attend",
+    fold_causal: bool = True,
 ) -> dict[str, Any]:
     """The keyword arguments of a ``torch.nn.functional.scaled_dot_product_attention``-style call.
 
     Why each step: torch's boolean mask means *may attend*, the suite's means *blocked* (``~mask``);
-    torch refuses ``is_causal`` together with ``attn_mask``, so a causal case that also has a mask
+    torch refuses ``is_causal`` together with ``attn_mask`` (2.13 CPU: on its math path), so a causal case with a mask
     gets the causal part folded into the mask, in the kernel's declared ``alignment`` (a causal case
     without a mask passes ``is_causal=True`` through: that is the kernel's own alignment under
-    test); a boolean mask together with a float bias becomes one float mask with ``-inf``.
+    test); with ``fold_causal=False`` such a case passes ``is_causal=True`` *and* the mask, for a
+    callee that takes both (the causal part is then the callee's own, in its own alignment); a
+    boolean mask together with a float bias becomes one float mask with ``-inf``.
     ``half_bias`` is the dtype of a float mask for float16/bfloat16 cases: "float32" keeps the bias
     exact (torch accepts it), "query" matches the query dtype for functions that insist.
     ``mask_sense`` is the callee's boolean convention: "attend" (torch's) gets ``~mask``, "blocked"
@@ -85,7 +88,7 @@ def sdpa_kwargs(
     mask = None if case.mask is None else np.asarray(case.mask, dtype=bool)
     bias = None if case.bias is None else np.asarray(case.bias, dtype=np.float64)
     is_causal = bool(case.is_causal)
-    if is_causal and (mask is not None or bias is not None):
+    if fold_causal and is_causal and (mask is not None or bias is not None):
         causal = causal_blocked(case.T, case.S, alignment)
         mask = causal if mask is None else (mask | causal)
         is_causal = False

@@ -12,9 +12,16 @@ and ``mask_sense=blocked`` for a function whose boolean mask means True = blocke
 ``nn.MultiheadAttention``) comes from ``--declare KEY=VALUE`` on the command line; the defaults claim everything the signature
 can express plus the spec's all-blocked policy (zeros) and bitwise repeatability.
 
-``is_causal`` combined with a mask is not accepted by torch's SDPA, so such cases pass the causal
-part folded into the mask (in the declared alignment) and ``is_causal=False``; a boolean mask
-together with an additive bias is likewise folded into one float mask with ``-inf``.
+``is_causal`` together with a mask reaches the function through its own arguments (``is_causal=True``
+and ``attn_mask``), so a function that drops one of the two when both are given is caught
+(CAUSAL-WITH-MASK-ARGS-05). Some functions refuse the combination: torch 2.13's SDPA takes it on its
+flash path and raises "Explicit attn_mask should not be set when is_causal=True" on the math path
+(dropout, Dk != Dv). ``Declaration.causal_with_mask`` decides: True passes both and any error is the
+function's; False always folds the causal part into the mask (in the declared alignment) with
+``is_causal=False``; None (the default) passes both and, when the call rejects the combination with
+a declared ``rejects_with`` class (or NotApplicable), calls again with the causal part folded.
+Those refusals are recorded in ``combination_refusals``. A boolean mask together with an additive
+bias is folded into one float mask with ``-inf``.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from typing import Callable
 
 import numpy as np
 
-from conformance.contract import Case, Declaration
+from conformance.contract import Case, Declaration, NotApplicable
 
 FUNCTION_DEFAULTS = Declaration(
     grad=True,
@@ -47,6 +54,7 @@ class FunctionAdapter:
         self.name = name
         self.declaration = declaration.replace(device=device)
         self.device = device
+        self.combination_refusals: list[str] = []  # "Type: message" of each refused is_causal + mask call
         try:
             params = inspect.signature(fn).parameters
             self._accepts_gqa = "enable_gqa" in params or any(
@@ -64,17 +72,39 @@ class FunctionAdapter:
             return "no CUDA device: torch.cuda.is_available() is False"
         return None
 
-    def _call(self, case: Case, q, k, v):
+    def _invoke(self, case: Case, q, k, v, fold_causal: bool):
         import torch
 
         from implementations._torch import sdpa_kwargs
 
         decl = self.declaration
-        kwargs = sdpa_kwargs(case, self.device, decl.causal_alignment, half_bias="query", mask_sense=decl.mask_sense)
+        kwargs = sdpa_kwargs(case, self.device, decl.causal_alignment, half_bias="query", mask_sense=decl.mask_sense,
+                             fold_causal=fold_causal)
         if self._accepts_gqa and "enable_gqa" not in kwargs:
             kwargs["enable_gqa"] = False
         torch.manual_seed(case.seed)
         return self.fn(q, k, v, **kwargs)
+
+    def _rejects_combination(self, exc: Exception) -> bool:
+        """A refusal of is_causal + attn_mask: NotApplicable, or a class the function declares it
+        rejects invalid input with (matched by MRO name, bare or module-qualified)."""
+        if isinstance(exc, NotApplicable):
+            return True
+        names = {n for cls in type(exc).__mro__ for n in (cls.__name__, f"{cls.__module__}.{cls.__qualname__}")}
+        return bool(names & set(self.declaration.rejects_with))
+
+    def _call(self, case: Case, q, k, v):
+        both = case.is_causal and (case.mask is not None or case.bias is not None)
+        mode = self.declaration.causal_with_mask
+        if not both or mode is False:
+            return self._invoke(case, q, k, v, fold_causal=True)
+        try:
+            return self._invoke(case, q, k, v, fold_causal=False)
+        except Exception as exc:  # judged just below; anything else propagates
+            if mode is True or not self._rejects_combination(exc):
+                raise
+            self.combination_refusals.append(f"{type(exc).__name__}: {exc}")
+        return self._invoke(case, q, k, v, fold_causal=True)
 
     def forward(self, case: Case) -> np.ndarray:
         import torch
