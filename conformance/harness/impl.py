@@ -20,8 +20,9 @@ import pytest
 
 from conformance.contract import Case, Declaration, NotApplicable, np_dtype
 from conformance.harness.report import AdapterError, ClauseViolation
+from conformance.harness.runstate import DEFAULT_CALL_TIMEOUT
 
-DEFAULT_TIMEOUT = 120.0
+DEFAULT_TIMEOUT = DEFAULT_CALL_TIMEOUT  # one default for the option and for direct use
 
 
 class UndeclaredRefusal(ClauseViolation):
