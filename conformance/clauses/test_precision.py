@@ -12,6 +12,12 @@ float16 gets inf and then NaN. With c = 128 even the *scaled* scores (about 1310
 so pre-scaling q in float16 does not save a kernel that keeps scores in float16. In bfloat16 the
 product does not overflow, but at 65536 its spacing is 512: a bfloat16 product erases the fine
 offsets and gives equal weights where the exact weights are not equal.
+
+What is asserted: every output finite, and within the error model's allowance. At c = 128 the
+scaled scores reach ~1.3e5, where a correct float32 kernel that folds log2(e) into the scale or
+subtracts an lse carries an exponent error of u|s| ~ 0.01 (weights off by ~1-2 %); the model's
+u|s| term admits that, and still refuses the bfloat16 product, whose error is the whole fine
+structure (weights off by factors of e).
 """
 
 from __future__ import annotations

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -29,6 +31,28 @@ from conformance.harness.report import ClauseViolation, mismatch_report
 _CACHE: OrderedDict[tuple, object] = OrderedDict()
 _CACHE_SIZE = 512
 _DEFAULT = Declaration()
+Observer = Callable[[str, Case, np.ndarray, np.ndarray, np.ndarray], None]
+_OBSERVERS: list[Observer] = []
+
+
+@contextmanager
+def observing(fn: Observer) -> Iterator[None]:
+    """Call ``fn(what, case, actual, want, allowed)`` on every comparison made inside the block.
+
+    For measurement (scripts/tolerance_report.py sizes the model against honest kernels with it);
+    clauses never need it.
+    """
+    _OBSERVERS.append(fn)
+    try:
+        yield
+    finally:
+        _OBSERVERS.remove(fn)
+
+
+def _mismatch(what: str, actual, want, allowed: np.ndarray, rule: str, case: Case) -> str | None:
+    for fn in _OBSERVERS:
+        fn(what, case, np.asarray(actual, dtype=np.float64), np.asarray(want, dtype=np.float64), allowed)
+    return mismatch_report(what, actual, want, allowed, rule)
 
 
 def case_key(case: Case) -> str:
@@ -160,7 +184,7 @@ def assert_close(what: str, actual: np.ndarray, want: np.ndarray, case: Case, de
     """
     decl = decl or _DEFAULT
     allowed = _must_be_finite(output_allowance(case, decl))
-    msg = mismatch_report(what, actual, want, allowed, _rule(case, decl, "output"))
+    msg = _mismatch(what, actual, want, allowed, _rule(case, decl, "output"), case)
     if msg:
         raise ClauseViolation(msg, case)
 
@@ -198,7 +222,7 @@ def assert_weights_match(impl: Impl, case: Case, what: str = "weights") -> np.nd
     live = ~want.all_blocked
     assert_blocked_zero(w, want.blocked & live[..., None], case)
     allowed = np.where(live[..., None], _must_be_finite(weights_allowance(case, decl)), np.inf)
-    msg = mismatch_report(what, w, want.weights, allowed, _rule(case, decl, "observed weights"))
+    msg = _mismatch(what, w, want.weights, allowed, _rule(case, decl, "observed weights"), case)
     if msg:
         sums = w[live].sum(axis=-1)
         raise ClauseViolation(f"{msg}\n  row sums: min {sums.min():.6g}, max {sums.max():.6g} (should be 1)", case)
@@ -212,8 +236,8 @@ def assert_equivalent(impl: Impl, case: Case, other: Case, why: str) -> tuple[np
     out_other = assert_output_matches(impl, other)
     decl = impl.declaration
     allowed = _must_be_finite(output_allowance(case, decl) + output_allowance(other, decl))
-    msg = mismatch_report(f"output ({why})", out, out_other, allowed,
-                          "sum of the two cases' allowances; " + _rule(case, decl, "output"))
+    msg = _mismatch(f"output ({why})", out, out_other, allowed,
+                    "sum of the two cases' allowances; " + _rule(case, decl, "output"), case)
     if msg:
         raise ClauseViolation(msg + f"\n  the other case: {other.describe()}", case)
     return out, out_other
@@ -236,7 +260,7 @@ def assert_vjp_matches(impl: Impl, case: Case, grad_out: np.ndarray) -> tuple[np
             raise ClauseViolation(
                 f"{name} has {int(bad.sum())} non-finite elements where the oracle's gradient is finite "
                 "(NaN or inf leaked through the backward pass)", case)
-        msg = mismatch_report(name, g, exp, _must_be_finite(allowed), _rule(case, decl, name))
+        msg = _mismatch(name, g, exp, _must_be_finite(allowed), _rule(case, decl, name), case)
         if msg:
             raise ClauseViolation(msg, case)
     return grads
