@@ -23,8 +23,19 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_benchmarks(json_path: Path, extra: list[str]) -> int:
-    cmd = [sys.executable, "-m", "pytest", str(ROOT / "benchmarks"), "--benchmark-only", "-q", "-p", "no:cacheprovider",
-           f"--benchmark-json={json_path}", "--benchmark-disable-gc", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(ROOT / "benchmarks"),
+        "--benchmark-only",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        f"--benchmark-json={json_path}",
+        "--benchmark-disable-gc",
+        *extra,
+    ]
     print("$", " ".join(cmd), file=sys.stderr)
     return subprocess.call(cmd, cwd=ROOT)
 
@@ -75,8 +86,10 @@ def main(argv: list[str] | None = None) -> int:
             return rc or 1
     data = json.loads(path.read_text())
     machine = data.get("machine_info", {})
-    print(f"# {machine.get('cpu', {}).get('brand_raw', machine.get('processor', '?'))}, "
-          f"{os.cpu_count()} CPUs, {data.get('datetime', '')}; B=1, H=2, float32 (oracle: float64)")
+    print(
+        f"# {machine.get('cpu', {}).get('brand_raw', machine.get('processor', '?'))}, "
+        f"{os.cpu_count()} CPUs, {data.get('datetime', '')}; B=1, H=2, float32 (oracle: float64)"
+    )
     print(table(rows(data)))
     return 0
 

@@ -38,8 +38,10 @@ def test_adapter(benchmark, floor, impl, pass_, T, D):
     a = adapter(impl)
     case = random_case(0, B=B, Hq=H, T=T, S=T, Dk=D, Dv=D, dtype="float32")
     if pass_ == "forward":
+
         def fn():
             return a.forward(case)
+
         flops, floor_s = 4 * B * H * T * T * D, floor(T, T, D)
     else:
         if not a.declaration.grad:
@@ -48,12 +50,23 @@ def test_adapter(benchmark, floor, impl, pass_, T, D):
 
         def fn():
             return a.vjp(case, g)
+
         flops, floor_s = 8 * B * H * T * T * D, 2 * floor(T, T, D)
     benchmark.group = f"{pass_} T=S={T} D={D}"
     benchmark.pedantic(fn, rounds=_rounds(T), iterations=1, warmup_rounds=1)
     best = benchmark.stats.stats.min
     floor_s = min(floor_s, (2 if pass_ == "backward" else 1) * floor(T, T, D))  # measured again after the run
     benchmark.extra_info.update(
-        impl=impl, pass_=pass_, B=B, H=H, T=T, S=T, D=D, flops=flops, floor_s=floor_s,
-        gflops=flops / best / 1e9, floor_gflops=flops / floor_s / 1e9, x_floor=best / floor_s,
+        impl=impl,
+        pass_=pass_,
+        B=B,
+        H=H,
+        T=T,
+        S=T,
+        D=D,
+        flops=flops,
+        floor_s=floor_s,
+        gflops=flops / best / 1e9,
+        floor_gflops=flops / floor_s / 1e9,
+        x_floor=best / floor_s,
     )

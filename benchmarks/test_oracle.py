@@ -28,6 +28,16 @@ def test_oracle(benchmark, which, D):
     best = benchmark.stats.stats.min
     flops = 4 * B * H * L * L * D
     benchmark.extra_info.update(
-        impl=f"oracle.{which}", pass_="forward(float64)", B=B, H=H, T=L, S=L, D=D, flops=flops, floor_s=floor_s,
-        gflops=flops / best / 1e9, floor_gflops=flops / floor_s / 1e9, x_floor=best / floor_s,
+        impl=f"oracle.{which}",
+        pass_="forward(float64)",
+        B=B,
+        H=H,
+        T=L,
+        S=L,
+        D=D,
+        flops=flops,
+        floor_s=floor_s,
+        gflops=flops / best / 1e9,
+        floor_gflops=flops / floor_s / 1e9,
+        x_floor=best / floor_s,
     )

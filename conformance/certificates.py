@@ -46,16 +46,23 @@ def render_compare(paths: list[Path]) -> str:
                 cell += " (" + cl["detail"].removeprefix("failed: ") + ")"
             cells.append(cell)
         lines.append(f"| {cid} | " + " | ".join(cells) + " |")
-    dtypes = [d for d in ("float64", "float32", "float16", "bfloat16")
-              if any(d in e.get("error_stats", {}) for _, e, _ in cols)]
+    dtypes = [
+        d
+        for d in ("float64", "float32", "float16", "bfloat16")
+        if any(d in e.get("error_stats", {}) for _, e, _ in cols)
+    ]
     for d in dtypes:
         cells = [f"{e['error_stats'][d]['max']:.3g}" if d in e.get("error_stats", {}) else "-" for _, e, _ in cols]
         lines.append(f"| max error vs oracle, {d} | " + " | ".join(cells) + " |")
     lines.append("| device | " + " | ".join(e.get("environment", {}).get("device", "-") for _, e, _ in cols) + " |")
-    lines.append("| golden set | " + " | ".join(f"`{(d['golden_set']['sha256'] or '-')[:12]}`" for _, _, d in cols) + " |")
+    lines.append(
+        "| golden set | " + " | ".join(f"`{(d['golden_set']['sha256'] or '-')[:12]}`" for _, _, d in cols) + " |"
+    )
     lines.append("| date | " + " | ".join(d.get("date", "-") for _, _, d in cols) + " |")
-    legend = ("\npass: passed in every dtype it applies to; **FAIL** (dtypes): failed there; n/a: the declaration "
-              "rules the clause out (reasons in each certificate); -: not in that certificate.\n")
+    legend = (
+        "\npass: passed in every dtype it applies to; **FAIL** (dtypes): failed there; n/a: the declaration "
+        "rules the clause out (reasons in each certificate); -: not in that certificate.\n"
+    )
     return "\n".join(lines) + "\n" + legend
 
 

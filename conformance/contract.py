@@ -142,7 +142,7 @@ class Case:
     def weights_shape(self) -> tuple[int, int, int, int]:
         return (self.B, self.Hq, self.T, self.S)
 
-    def replace(self, **changes) -> "Case":
+    def replace(self, **changes) -> Case:
         return dataclasses.replace(self, **changes)
 
     def describe(self) -> str:
@@ -235,13 +235,15 @@ class Declaration:
         names = frozenset(str(n).strip() for n in names if str(n).strip())
         bad = sorted(n for n in names if not all(part.isidentifier() for part in n.split(".")))
         if not names or bad:
-            raise ValueError(f"rejects_with={sorted(names)!r}: expected one or more exception class names "
-                             f"such as ValueError,RuntimeError{f'; not names: {bad}' if bad else ''}")
+            raise ValueError(
+                f"rejects_with={sorted(names)!r}: expected one or more exception class names "
+                f"such as ValueError,RuntimeError{f'; not names: {bad}' if bad else ''}"
+            )
         if any(n.rpartition(".")[2] == "NotApplicable" for n in names):
             raise ValueError("rejects_with may not name NotApplicable: a refusal is not a rejection of invalid input")
         object.__setattr__(self, "rejects_with", names)
 
-    def replace(self, **changes) -> "Declaration":
+    def replace(self, **changes) -> Declaration:
         return dataclasses.replace(self, **changes)
 
     def as_dict(self) -> dict:
@@ -308,4 +310,3 @@ class NotApplicable(Exception):
     The suite reports the clause as not applicable with this message (e.g. torch's own reason why a
     forced backend cannot take the inputs), never as a pass.
     """
-

@@ -67,7 +67,11 @@ def causal_blocked(T: int, S: int, alignment: str = "top-left") -> np.ndarray:
 
 
 def sdpa_kwargs(
-    case: Case, device: str, alignment: str = "top-left", half_bias: str = "float32", mask_sense: str = "attend",
+    case: Case,
+    device: str,
+    alignment: str = "top-left",
+    half_bias: str = "float32",
+    mask_sense: str = "attend",
     fold_causal: bool = True,
 ) -> dict[str, Any]:
     """The keyword arguments of a ``torch.nn.functional.scaled_dot_product_attention``-style call.

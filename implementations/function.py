@@ -9,8 +9,8 @@ seeded from the case before every call, so forward and backward see the same dro
 
 What the signature cannot say (all-blocked-row policy, causal alignment, missing gradient, dtypes,
 and ``mask_sense=blocked`` for a function whose boolean mask means True = blocked, as in
-``nn.MultiheadAttention``) comes from ``--declare KEY=VALUE`` on the command line; the defaults claim everything the signature
-can express plus the spec's all-blocked policy (zeros) and bitwise repeatability.
+``nn.MultiheadAttention``) comes from ``--declare KEY=VALUE`` on the command line; the defaults claim everything the
+signature can express plus the spec's all-blocked policy (zeros) and bitwise repeatability.
 
 ``is_causal`` together with a mask reaches the function through its own arguments (``is_causal=True``
 and ``attn_mask``), so a function that drops one of the two when both are given is caught
@@ -27,7 +27,7 @@ bias is folded into one float mask with ``-inf``.
 from __future__ import annotations
 
 import inspect
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -78,8 +78,14 @@ class FunctionAdapter:
         from implementations._torch import sdpa_kwargs
 
         decl = self.declaration
-        kwargs = sdpa_kwargs(case, self.device, decl.causal_alignment, half_bias="query", mask_sense=decl.mask_sense,
-                             fold_causal=fold_causal)
+        kwargs = sdpa_kwargs(
+            case,
+            self.device,
+            decl.causal_alignment,
+            half_bias="query",
+            mask_sense=decl.mask_sense,
+            fold_causal=fold_causal,
+        )
         if self._accepts_gqa and "enable_gqa" not in kwargs:
             kwargs["enable_gqa"] = False
         torch.manual_seed(case.seed)

@@ -51,10 +51,9 @@ import contextlib
 import functools
 from typing import Any
 
-import numpy as np
-
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from conformance.contract import Case, Declaration, NotApplicable, np_dtype
 
@@ -222,7 +221,9 @@ def _compile_refusals():
     except Exception as exc:
         if _is_compile_refusal(exc):
             text = str(exc)
-            raise NotApplicable(f"XLA on {jax.default_backend()} cannot compile this case: {text.splitlines()[0]}") from exc
+            raise NotApplicable(
+                f"XLA on {jax.default_backend()} cannot compile this case: {text.splitlines()[0]}"
+            ) from exc
         raise
 
 

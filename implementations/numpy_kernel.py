@@ -138,7 +138,9 @@ class NumpyAdapter:
             for h in range(case.Hq):
                 p = self._probabilities(case, b, h)
                 if keep is not None:
-                    p = np.where(keep[b, h], p / work(1.0 - case.dropout_p) if case.dropout_p < 1 else 0.0, 0.0).astype(work)
+                    p = np.where(keep[b, h], p / work(1.0 - case.dropout_p) if case.dropout_p < 1 else 0.0, 0.0).astype(
+                        work
+                    )
                 p_lowp = p.astype(lowp)
                 weights[b, h] = p_lowp
                 v = case.value[b, h // g].astype(work)
@@ -176,4 +178,3 @@ class NumpyAdapter:
                 dq[b, h] = ds @ k * scale
                 dk[b, kh] += ds.T @ q * scale
         return dq.astype(lowp), dk.astype(lowp), dv.astype(lowp)
-

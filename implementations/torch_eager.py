@@ -42,8 +42,7 @@ def scaled_dot_product_attention(
     if any(x.dtype != query.dtype or x.device != query.device for x in (key, value)):
         raise ValueError("Q、K、V 必须使用相同的 dtype 和 device")
     b, h, t, d_k = query.shape
-    if (key.shape[:2] != (b, h) or value.shape[:2] != (b, h)
-            or key.size(-1) != d_k or key.size(-2) != value.size(-2)):
+    if key.shape[:2] != (b, h) or value.shape[:2] != (b, h) or key.size(-1) != d_k or key.size(-2) != value.size(-2):
         raise ValueError("Q/K 特征维、K/V 长度和 batch/head 维度必须匹配")
     if min(*query.shape, *key.shape, *value.shape) <= 0:
         raise ValueError("各维度必须为正")

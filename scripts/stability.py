@@ -28,8 +28,19 @@ CPU_ADAPTERS = "numpy,torch-eager,torch-sdpa,torch-sdpa-math,torch-sdpa-flash,ja
 
 
 def one_run(impls: str, seed: int, workers: int, extra: list[str]) -> tuple[int, list[str], str, float]:
-    cmd = [sys.executable, "-m", "pytest", "conformance/clauses", f"--impl={impls}", "-q", "-p", "no:cacheprovider",
-           "--conformance-random-seeds", f"--hypothesis-seed={seed}", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "conformance/clauses",
+        f"--impl={impls}",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--conformance-random-seeds",
+        f"--hypothesis-seed={seed}",
+        *extra,
+    ]
     if workers > 1:
         cmd += ["-n", str(workers)]
     start = time.monotonic()
@@ -38,7 +49,7 @@ def one_run(impls: str, seed: int, workers: int, extra: list[str]) -> tuple[int,
     failed = []
     for line in proc.stdout.splitlines():
         if line.startswith("failed clauses: "):
-            failed = [c.strip() for c in line[len("failed clauses: "):].split(", ")]
+            failed = [c.strip() for c in line[len("failed clauses: ") :].split(", ")]
     summary = next((ln for ln in reversed(proc.stdout.splitlines()) if re.search(r"\d+ (passed|failed)", ln)), "")
     return proc.returncode, failed, summary.strip("= "), elapsed
 

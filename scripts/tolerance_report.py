@@ -47,13 +47,23 @@ BUILTIN = ("numpy", "torch-eager", "torch-sdpa", "torch-sdpa-math", "torch-sdpa-
 OLD_ATOL = {"float64": 1e-10, "float32": 1e-5, "float16": 1e-3, "bfloat16": 8e-3}
 OLD_RTOL = {"float64": 1e-10, "float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
 LADDER = {
-    "temperature": {"bfloat16": [1.05, 1.02, 1.01, 1.005, 1.002], "float16": [1.005, 1.002, 1.001, 1.0005, 1.0002],
-                    "float32": [1.0001, 1.00001, 1.000002], "float64": [1.0001, 1 + 1e-8, 1 + 1e-10]},
-    "gradients": {"bfloat16": [0.9, 0.95, 0.98, 0.99, 0.995], "float16": [0.99, 0.995, 0.998, 0.999],
-                  "float32": [0.9999, 0.99999, 0.999999], "float64": [0.9999, 1 - 1e-8, 1 - 1e-10]},
+    "temperature": {
+        "bfloat16": [1.05, 1.02, 1.01, 1.005, 1.002],
+        "float16": [1.005, 1.002, 1.001, 1.0005, 1.0002],
+        "float32": [1.0001, 1.00001, 1.000002],
+        "float64": [1.0001, 1 + 1e-8, 1 + 1e-10],
+    },
+    "gradients": {
+        "bfloat16": [0.9, 0.95, 0.98, 0.99, 0.995],
+        "float16": [0.99, 0.995, 0.998, 0.999],
+        "float32": [0.9999, 0.99999, 0.999999],
+        "float64": [0.9999, 1 - 1e-8, 1 - 1e-10],
+    },
 }
-TARGET = {"temperature": {"bfloat16": 1.02, "float16": 1.002, "float32": 1.0001, "float64": 1.0001},
-          "gradients": {"bfloat16": 0.95, "float16": 0.99, "float32": 0.9999, "float64": 0.9999}}
+TARGET = {
+    "temperature": {"bfloat16": 1.02, "float16": 1.002, "float32": 1.0001, "float64": 1.0001},
+    "gradients": {"bfloat16": 0.95, "float16": 0.99, "float32": 0.9999, "float64": 0.9999},
+}
 BEGIN, END = "<!-- measured: begin (scripts/tolerance_report.py) -->", "<!-- measured: end -->"
 
 
@@ -67,13 +77,14 @@ def _kind(what: str) -> str | None:
     return None
 
 
-def _old_allowance(case, want: np.ndarray) -> np.ndarray:
-    ref = ensemble.forward_members(case)["max-subtract"]
+def _old_allowance(case, want: np.ndarray, rule: str) -> np.ndarray:
+    work = "float32" if rule == "float32" else None
+    ref = ensemble.forward_members(case, work_dtype=work)["max-subtract"]
     with np.errstate(invalid="ignore"):
         d = np.abs(ref - want)
     d = d[np.isfinite(d)]
     ref_err = float(d.max()) if d.size else 0.0
-    return 4 * max(ref_err, OLD_ATOL[case.dtype]) + OLD_RTOL[case.dtype] * np.abs(np.nan_to_num(want))
+    return 4 * max(ref_err, OLD_ATOL[rule]) + OLD_RTOL[rule] * np.abs(np.nan_to_num(want))
 
 
 def _builtin(spec: str):
@@ -99,11 +110,13 @@ def measure(kernels: dict) -> dict:
         rows[key]["honest"].append(float(err.max()) / scale)
         rows[key]["allowed"].append(float(np.median(allowed[ok])) / scale)
         if kind == "outputs" and want.shape == case.out_shape:
-            rows[key]["old"].append(float(np.median(_old_allowance(case, want)[ok])) / scale)
+            rule = current["decl"].tolerance_dtype(case)
+            rows[key]["old"].append(float(np.median(_old_allowance(case, want, rule)[ok])) / scale)
 
     with compare.observing(observe):
         for name, make in kernels.items():
             current["kernel"] = name
+            current["decl"] = make().declaration
             start = time.monotonic()
             failed = []
             for cid, info in sorted(catalog.items()):
@@ -121,9 +134,14 @@ def ladder() -> dict:
     for kind, per in LADDER.items():
         cid, wrap = ("ORACLE-AGREE-01", Temperature) if kind == "temperature" else ("GRAD-VJP-01", GradientScaled)
         for d, factors in per.items():
-            seen = [f for f in factors
-                    if all(run_clause(catalog[cid], wrap(b, f, d), d).startswith("failed")
-                           for b in ("zoo-maxsub-p-rounded", "zoo-fa2-exp2"))]
+            seen = [
+                f
+                for f in factors
+                if all(
+                    run_clause(catalog[cid], wrap(b, f, d), d).startswith("failed")
+                    for b in ("zoo-maxsub-p-rounded", "zoo-fa2-exp2")
+                )
+            ]
             out[(kind, d)] = (seen, [f for f in factors if f not in seen])
     return out
 
@@ -135,28 +153,41 @@ def _pct(x: list[float]) -> str:
 def render(rows: dict, steps: dict | None) -> str:
     lines = ["Measured with `python scripts/tolerance_report.py` (ci profile, every clause, every dtype).", ""]
     for kind in ("outputs", "weights", "gradients"):
-        lines += [f"**{kind}**", "",
-                  "| dtype | kernel | comparisons | used (max) | used (median) | honest error | allowance"
-                  + (" | old rule |" if kind == "outputs" else " |"),
-                  "|---|---|---:|---:|---:|---:|---:" + ("|---:|" if kind == "outputs" else "|")]
+        lines += [
+            f"**{kind}**",
+            "",
+            "| dtype | kernel | comparisons | used (max) | used (median) | honest error | allowance"
+            + (" | old rule |" if kind == "outputs" else " |"),
+            "|---|---|---:|---:|---:|---:|---:" + ("|---:|" if kind == "outputs" else "|"),
+        ]
         for d in DTYPES:
             for (name, dt, k), r in sorted(rows.items()):
                 if dt != d or k != kind or not r["used"]:
                     continue
-                line = (f"| {d} | {name} | {len(r['used'])} | {max(r['used']):.3g} | {np.median(r['used']):.3g} | "
-                        f"{_pct(r['honest'])} | {_pct(r['allowed'])} |")
+                line = (
+                    f"| {d} | {name} | {len(r['used'])} | {max(r['used']):.3g} | {np.median(r['used']):.3g} | "
+                    f"{_pct(r['honest'])} | {_pct(r['allowed'])} |"
+                )
                 if kind == "outputs":
                     line += f" {_pct(r['old'])} |"
                 lines.append(line)
         lines.append("")
     if steps:
-        lines += [("**sensitivity** (seen = the clause fails on both zoo-maxsub-p-rounded and zoo-fa2-exp2 wrapped "
-                   "with the deviation)"), "",
-                  "| deviation | dtype | issue's target | seen | not seen |", "|---|---|---|---|---|"]
+        lines += [
+            (
+                "**sensitivity** (seen = the clause fails on both zoo-maxsub-p-rounded and zoo-fa2-exp2 wrapped "
+                "with the deviation)"
+            ),
+            "",
+            "| deviation | dtype | issue's target | seen | not seen |",
+            "|---|---|---|---|---|",
+        ]
         for (kind, d), (seen, unseen) in steps.items():
             what = "softmax temperature x" if kind == "temperature" else "every gradient x"
-            lines.append(f"| {what} | {d} | {TARGET[kind][d]:.10g} | {', '.join(f'{f:.10g}' for f in seen) or '-'} | "
-                         f"{', '.join(f'{f:.10g}' for f in unseen) or '-'} |")
+            lines.append(
+                f"| {what} | {d} | {TARGET[kind][d]:.12g} | {', '.join(f'{f:.12g}' for f in seen) or '-'} | "
+                f"{', '.join(f'{f:.12g}' for f in unseen) or '-'} |"
+            )
         lines.append("")
     return "\n".join(lines)
 

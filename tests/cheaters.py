@@ -13,8 +13,7 @@ import torch.nn.functional as F
 from conformance.contract import NotApplicable
 
 
-def refuse_everything(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-                      enable_gqa=False):
+def refuse_everything(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     raise NotApplicable("this kernel takes nothing")
 
 

@@ -9,7 +9,7 @@ failure is due to its bug alone. Other self-test modules add mutants with :func:
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -37,9 +37,19 @@ class BaseKernel:
     def __init__(self, name: str = "mutant-base"):
         self.name = name
         self.declaration = Declaration(
-            grad=True, dropout=False, gqa=True, bool_mask=True, float_mask=True, causal=True,
-            custom_scale=True, all_blocked="zeros", returns_weights=False, validates_inputs=True,
-            deterministic=True, batch_invariant=False, notes="self-test kernel",
+            grad=True,
+            dropout=False,
+            gqa=True,
+            bool_mask=True,
+            float_mask=True,
+            causal=True,
+            custom_scale=True,
+            all_blocked="zeros",
+            returns_weights=False,
+            validates_inputs=True,
+            deterministic=True,
+            batch_invariant=False,
+            notes="self-test kernel",
         )
 
     # -- hooks -----------------------------------------------------------------------------------
@@ -53,8 +63,13 @@ class BaseKernel:
         if any(x.dtype != q.dtype for x in (k, v)):
             raise ValueError("Q、K、V 必须使用相同的 dtype 和 device")
         b, h, _, d_k = q.shape
-        if (k.shape[0] != b or v.shape[:2] != k.shape[:2] or h % max(k.shape[1], 1)
-                or k.shape[3] != d_k or k.shape[2] != v.shape[2]):
+        if (
+            k.shape[0] != b
+            or v.shape[:2] != k.shape[:2]
+            or h % max(k.shape[1], 1)
+            or k.shape[3] != d_k
+            or k.shape[2] != v.shape[2]
+        ):
             raise ValueError("Q/K 特征维、K/V 长度和 batch/head 维度必须匹配")
         if min(*q.shape, *k.shape, *v.shape) <= 0:
             raise ValueError("各维度必须为正")
@@ -327,7 +342,7 @@ class DecodeGqaScaleFromDv(BaseKernel):
 
     def scale(self, case):
         if case.T == 1 and case.is_gqa and case.Dk != case.Dv and case.scale is None:
-            return case.Dv ** -0.5
+            return case.Dv**-0.5
         return super().scale(case)
 
 

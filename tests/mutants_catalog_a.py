@@ -193,7 +193,7 @@ class KvTruncatedToQueryLength(BaseKernel):
         b = super().blocked(case)
         if case.S > case.T:
             b = b.copy()
-            b[..., case.T:] = True
+            b[..., case.T :] = True
         return b
 
 
@@ -210,7 +210,7 @@ class DropKeyTailTile32(BaseKernel):
         b = super().blocked(case)
         if case.S > self.TILE and case.S % self.TILE:
             b = b.copy()
-            b[..., (case.S // self.TILE) * self.TILE:] = True
+            b[..., (case.S // self.TILE) * self.TILE :] = True
         return b
 
 
@@ -225,7 +225,7 @@ class DropQueryTailTile32(BaseKernel):
         out = super().forward(case)
         if case.T > self.TILE and case.T % self.TILE:
             out = out.copy()
-            out[:, :, (case.T // self.TILE) * self.TILE:, :] = 0
+            out[:, :, (case.T // self.TILE) * self.TILE :, :] = 0
         return out
 
 

@@ -189,7 +189,7 @@ class OnlineSoftmaxNoRescale(BaseKernel):
         total = np.zeros(s.shape[:-1], dtype=s.dtype)
         with np.errstate(invalid="ignore"):
             for start in range(0, s.shape[-1], self.TILE):
-                tile = s[..., start:start + self.TILE]
+                tile = s[..., start : start + self.TILE]
                 m = np.maximum(m, tile.max(axis=-1))
                 safe = np.where(np.isneginf(m), 0.0, m)
                 total = total + np.exp(tile - safe[..., None]).sum(axis=-1)  # old total not rescaled
@@ -207,7 +207,7 @@ class NondeterministicNoise(BaseKernel):
         eps = float(np.finfo(np.float32).eps) if case.dtype != "float64" else float(np.finfo(np.float64).eps)
         lowp = np_dtype(case.dtype)
         if case.dtype in ("float16", "bfloat16"):
-            eps = 2.0 ** -8 if case.dtype == "float16" else 2.0 ** -6
+            eps = 2.0**-8 if case.dtype == "float16" else 2.0**-6
         noise = np.random.default_rng().standard_normal(out.shape) * eps * np.abs(out)
         return (out + noise).astype(lowp)
 
@@ -225,14 +225,19 @@ class BatchInvariantKernel(BaseKernel):
     def _item(x, b: int, B: int):
         if x is None or np.ndim(x) < 4 or np.shape(x)[0] != B or B == 1:
             return x  # no batch axis of its own: broadcast over the batch as it is
-        return np.asarray(x)[b:b + 1]
+        return np.asarray(x)[b : b + 1]
 
     def forward(self, case: Case) -> np.ndarray:
         self.validate(case)
         items = []
         for b in range(case.B):
-            item = case.replace(query=case.query[b:b + 1], key=case.key[b:b + 1], value=case.value[b:b + 1],
-                                mask=self._item(case.mask, b, case.B), bias=self._item(case.bias, b, case.B))
+            item = case.replace(
+                query=case.query[b : b + 1],
+                key=case.key[b : b + 1],
+                value=case.value[b : b + 1],
+                mask=self._item(case.mask, b, case.B),
+                bias=self._item(case.bias, b, case.B),
+            )
             items.append(super().forward(item))
         return np.concatenate(items, axis=0)
 
@@ -254,7 +259,7 @@ class BatchDependentReduction(BaseKernel):
         out = np.zeros(p.shape[:-1] + (v.shape[-1],), dtype=p.dtype)
         with np.errstate(invalid="ignore"):
             for start in range(0, case.S, chunk):
-                out = out + p[..., start:start + chunk] @ v[..., start:start + chunk, :]
+                out = out + p[..., start : start + chunk] @ v[..., start : start + chunk, :]
         return self.finish(out, case)
 
 

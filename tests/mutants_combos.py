@@ -28,8 +28,16 @@ from tests.mutants_catalog_b import DropoutKernel
 def _sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa):
     import torch.nn.functional as F
 
-    return F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
-                                          is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
+    return F.scaled_dot_product_attention(
+        query,
+        key,
+        value,
+        attn_mask=attn_mask,
+        dropout_p=dropout_p,
+        is_causal=is_causal,
+        scale=scale,
+        enable_gqa=enable_gqa,
+    )
 
 
 def applies_both(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
@@ -48,16 +56,18 @@ def applies_both(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=Fal
     return _sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
 
 
-def drops_causal_with_mask(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-                           enable_gqa=False):
+def drops_causal_with_mask(
+    query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False
+):
     """Takes both, but a mask switches the causal part off (the mask is assumed to contain it)."""
     if attn_mask is not None:
         is_causal = False
     return applies_both(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
 
 
-def drops_mask_with_causal(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-                           enable_gqa=False):
+def drops_mask_with_causal(
+    query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False
+):
     """Takes both, but is_causal selects a causal-only path that never reads the mask."""
     if is_causal:
         attn_mask = None
@@ -156,7 +166,7 @@ class DropoutRngOffsetOverlap(DropoutKernel):
         n = T * S
         step = max(1, n // 2)
         stream = self.rng(case).random(step * (B * H - 1) + n)
-        slices = [stream[i * step:i * step + n] for i in range(B * H)]
+        slices = [stream[i * step : i * step + n] for i in range(B * H)]
         return np.stack(slices).reshape(B, H, T, S) >= case.dropout_p
 
 

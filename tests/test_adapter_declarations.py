@@ -432,7 +432,9 @@ def test_batch_invariant(adapter, T, S, D):
         case = make_case(dtype, B=4, T=T, S=S, Dk=D, seed=18)
         whole = adapter.forward(case)
         for i in range(case.B):
-            alone = adapter.forward(case.replace(query=case.query[i : i + 1], key=case.key[i : i + 1], value=case.value[i : i + 1]))
+            alone = adapter.forward(
+                case.replace(query=case.query[i : i + 1], key=case.key[i : i + 1], value=case.value[i : i + 1])
+            )
             assert np.array_equal(alone[0], whole[i]), f"{dtype} batch item {i} differs alone"
 
 
@@ -450,8 +452,9 @@ def _invalid_cases(adapter) -> dict[str, Case]:
         "key S != value S": base.replace(value=rng.standard_normal((2, 2, 12, 64)).astype(dt)),
         "Hq not a multiple of Hkv": base.replace(query=rng.standard_normal((2, 3, 16, 64)).astype(dt)),
         "query Dk != key Dk": base.replace(query=rng.standard_normal((2, 2, 16, 32)).astype(dt)),
-        "integer q, k, v": base.replace(query=base.query.astype(np.int32), key=base.key.astype(np.int32),
-                                        value=base.value.astype(np.int32)),
+        "integer q, k, v": base.replace(
+            query=base.query.astype(np.int32), key=base.key.astype(np.int32), value=base.value.astype(np.int32)
+        ),
         "empty query length T = 0": base.replace(query=base.query[:, :, :0]),
     }
 

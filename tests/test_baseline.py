@@ -51,18 +51,34 @@ def test_missing_baseline_is_a_clear_skip(tmp_path):
 def test_pytest_items_end_to_end(tmp_path):
     """The options add items; the drifted kernel's run fails and prints the table."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    base = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "conformance/clauses/test_worked_example.py",
-            "-k", "baseline"]
-    rec = subprocess.run(base + ["--impl=tests.mutants:BaseKernel", f"--record-baseline={tmp_path}"],
-                         cwd=ROOT, env=env, capture_output=True, text=True)
+    base = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "conformance/clauses/test_worked_example.py",
+        "-k",
+        "baseline",
+    ]
+    rec = subprocess.run(
+        base + ["--impl=tests.mutants:BaseKernel", f"--record-baseline={tmp_path}"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert rec.returncode == 0, rec.stdout + rec.stderr
     assert (tmp_path / "tests.mutants_BaseKernel" / "baseline.json").is_file()
     spec = "tests.mutants_golden:OutputDrift"
     (tmp_path / "tests.mutants_golden_OutputDrift").symlink_to(tmp_path / "tests.mutants_BaseKernel")
-    cmp_ = subprocess.run(base + [f"--impl={spec}", f"--baseline={tmp_path}"],
-                          cwd=ROOT, env=env, capture_output=True, text=True)
+    cmp_ = subprocess.run(
+        base + [f"--impl={spec}", f"--baseline={tmp_path}"], cwd=ROOT, env=env, capture_output=True, text=True
+    )
     assert cmp_.returncode == 1, cmp_.stdout + cmp_.stderr
     assert "moved against its baseline" in cmp_.stdout and "outputs that drifted" in cmp_.stdout
-    skip = subprocess.run(base + ["-rs", "--impl=numpy", f"--baseline={tmp_path}"],
-                          cwd=ROOT, env=env, capture_output=True, text=True)
+    skip = subprocess.run(
+        base + ["-rs", "--impl=numpy", f"--baseline={tmp_path}"], cwd=ROOT, env=env, capture_output=True, text=True
+    )
     assert skip.returncode == 0 and "no baseline in" in skip.stdout, skip.stdout

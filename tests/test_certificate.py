@@ -19,9 +19,22 @@ def _run(tmp_path: Path, impl: str, name: str, *clauses: str) -> tuple[subproces
     """A certification run: every clause unless ``clauses`` names a subset."""
     path = tmp_path / f"{name}.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *clauses, f"--impl={impl}",
-         f"--certificate={path}"],
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            *clauses,
+            f"--impl={impl}",
+            f"--certificate={path}",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+    )
     return proc, path
 
 
@@ -56,11 +69,21 @@ def test_certificate_of_a_conforming_and_a_drifting_kernel(tmp_path):
 
 
 def test_compare_cli(tmp_path):
-    doc = {"date": "d", "golden_set": {"sha256": "ab" * 32},
-           "adapters": {"k": {"verdict": "CONFORMS", "clauses": {"X-01": {"outcome": "not applicable", "detail": "r"}},
-                              "error_stats": {}, "environment": {"device": "cpu"}}}}
+    doc = {
+        "date": "d",
+        "golden_set": {"sha256": "ab" * 32},
+        "adapters": {
+            "k": {
+                "verdict": "CONFORMS",
+                "clauses": {"X-01": {"outcome": "not applicable", "detail": "r"}},
+                "error_stats": {},
+                "environment": {"device": "cpu"},
+            }
+        },
+    }
     p = tmp_path / "a.json"
     p.write_text(json.dumps(doc))
-    out = subprocess.run([sys.executable, "-m", "conformance.certificates", "compare", str(p)], cwd=ROOT,
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "conformance.certificates", "compare", str(p)], cwd=ROOT, capture_output=True, text=True
+    )
     assert out.returncode == 0 and "| X-01 | n/a |" in out.stdout

@@ -59,7 +59,7 @@ class Seed:
 
     def span(self, h: Heading) -> str:
         """The normalised text of section ``h``, its heading line included."""
-        return normalise("\n".join(self.lines[h.line:self.end(h)]))
+        return normalise("\n".join(self.lines[h.line : self.end(h)]))
 
 
 def parse_seed(text: str) -> Seed:
@@ -136,7 +136,8 @@ def test_every_clause_quotes_its_seed_verbatim_under_a_real_heading(seeds):
         if problems:
             bad[cid] = problems
     assert not bad, "clauses whose citation is not verbatim in its seed section:\n" + "\n".join(
-        f"  {cid}: {p}" for cid, ps in bad.items() for p in ps)
+        f"  {cid}: {p}" for cid, ps in bad.items() for p in ps
+    )
 
 
 def test_the_heading_parser_finds_the_articles_sections(seeds):
@@ -148,29 +149,46 @@ def test_the_heading_parser_finds_the_articles_sections(seeds):
     assert not any(h.text.startswith(("1 0", "0 ", "Q:", "import")) for s in seeds.values() for h in s.headings)
 
 
-@pytest.mark.parametrize("source, expect", [
-    # the old SHAPE-OUT-01 quote: two lines of §4 glued together, with "$T$" written as "T"
-    (Source("000", "§4 完整 Shape 检查", "注意力权重最后两维是 Query 长度 × Key 长度；输出长度由 Query 的长度 T 决定。"),
-     "does not occur"),
-    (Source("000", "§3 矩阵形式", "输出长度由 Query 的长度 $T$ 决定。"), "not under '§3 矩阵形式'"),
-    (Source("000", "§4 形状检查", "weights: [B, H, T, S]"), "has no sub-heading"),
-    (Source("000", "§13 附录", "weights: [B, H, T, S]"), "no numbered section 13"),
-    (Source("003", "结论", "Softmax 沿最后一维 T_k 归一化。"), "no heading '结论'"),
-    (Source("003", "输入与输出", ("Softmax 沿最后一维 T_k 归一化。", "Softmax 沿最后一维归一化。")), "does not occur"),
-    (Source("007", "输入与输出", "x"), "unknown seed"),
-])
+@pytest.mark.parametrize(
+    "source, expect",
+    [
+        # the old SHAPE-OUT-01 quote: two lines of §4 glued together, with "$T$" written as "T"
+        (
+            Source(
+                "000",
+                "§4 完整 Shape 检查",
+                "注意力权重最后两维是 Query 长度 × Key 长度；输出长度由 Query 的长度 T 决定。",
+            ),
+            "does not occur",
+        ),
+        (Source("000", "§3 矩阵形式", "输出长度由 Query 的长度 $T$ 决定。"), "not under '§3 矩阵形式'"),
+        (Source("000", "§4 形状检查", "weights: [B, H, T, S]"), "has no sub-heading"),
+        (Source("000", "§13 附录", "weights: [B, H, T, S]"), "no numbered section 13"),
+        (Source("003", "结论", "Softmax 沿最后一维 T_k 归一化。"), "no heading '结论'"),
+        (
+            Source("003", "输入与输出", ("Softmax 沿最后一维 T_k 归一化。", "Softmax 沿最后一维归一化。")),
+            "does not occur",
+        ),
+        (Source("007", "输入与输出", "x"), "unknown seed"),
+    ],
+)
 def test_the_check_fails_on_a_paraphrase_or_a_wrong_section(seeds, source, expect):
     problems = citation_problems(source, seeds)
     assert problems and expect in problems[0], problems
 
 
-@pytest.mark.parametrize("source", [
-    Source("000", "§4 完整 Shape 检查", ("output:  [B, H, T, Dv]", "输出长度由 Query 的长度 $T$ 决定。")),
-    Source("000", "§12 误区二：softmax 对错维度", "应该沿 Key 维度，也就是分数张量的最后一维做 softmax。"),
-    Source("000", "§12 常见误区与代码错误", "只有 $T=S$ 时才是方阵。"),  # under 误区三, inside §12
-    Source("000", "§7.3 Mask 应加在 softmax 之前", "QK^T / sqrt(dk)\n→  加 Mask → softmax"),  # whitespace-normalised
-    Source("003", "Worked Example", "两个未缩放点积都为 1，缩放后都为 1/√2。"),
-])
+@pytest.mark.parametrize(
+    "source",
+    [
+        Source("000", "§4 完整 Shape 检查", ("output:  [B, H, T, Dv]", "输出长度由 Query 的长度 $T$ 决定。")),
+        Source("000", "§12 误区二：softmax 对错维度", "应该沿 Key 维度，也就是分数张量的最后一维做 softmax。"),
+        Source("000", "§12 常见误区与代码错误", "只有 $T=S$ 时才是方阵。"),  # under 误区三, inside §12
+        Source(
+            "000", "§7.3 Mask 应加在 softmax 之前", "QK^T / sqrt(dk)\n→  加 Mask → softmax"
+        ),  # whitespace-normalised
+        Source("003", "Worked Example", "两个未缩放点积都为 1，缩放后都为 1/√2。"),
+    ],
+)
 def test_the_check_accepts_verbatim_quotes(seeds, source):
     assert citation_problems(source, seeds) == []
 

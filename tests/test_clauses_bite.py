@@ -31,9 +31,12 @@ def _correct_kernels() -> dict:
     declare more than ``base``, so the clauses that need those features run on a correct kernel too."""
     from tests.mutants_catalog_b import BatchInvariantKernel, DropoutKernel, GradKernel
 
-    return {"base": MUTANTS["base"], "base-dropout": lambda: DropoutKernel("base-dropout"),
-            "base-grad": lambda: GradKernel("base-grad"),
-            "base-batch-invariant": lambda: BatchInvariantKernel("base-batch-invariant")}
+    return {
+        "base": MUTANTS["base"],
+        "base-dropout": lambda: DropoutKernel("base-dropout"),
+        "base-grad": lambda: GradKernel("base-grad"),
+        "base-batch-invariant": lambda: BatchInvariantKernel("base-batch-invariant"),
+    }
 
 
 CORRECT = _correct_kernels()
@@ -55,7 +58,9 @@ def test_clause_kills_mutant(clause_id, kill):
     assert name in MUTANTS, f"{clause_id} claims to kill unknown mutant {name!r}"
     verdicts = {d: verdict(clause_id, name, d) for d in dtypes_for(info, only or None)}
     killed = [d for d, v in verdicts.items() if v.startswith("failed")]
-    assert killed, f"{clause_id} did not catch mutant {name}: " + "; ".join(f"{d}: {v[:200]}" for d, v in verdicts.items())
+    assert killed, f"{clause_id} did not catch mutant {name}: " + "; ".join(
+        f"{d}: {v[:200]}" for d, v in verdicts.items()
+    )
 
 
 @pytest.mark.parametrize("kernel", sorted(CORRECT))

@@ -41,8 +41,7 @@ class _Recorder:
         self.calls: list[tuple[bool, bool]] = []
         self.refuse_with = refuse_with
 
-    def __call__(self, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-                 enable_gqa=False):
+    def __call__(self, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
         from tests.mutants_combos import applies_both
 
         self.calls.append((bool(is_causal), attn_mask is not None))
@@ -106,8 +105,17 @@ def test_torch_sdpa_refuses_the_combination_on_its_math_path_and_is_folded():
     assert any("is_causal" in r for r in adapter.combination_refusals), adapter.combination_refusals
 
 
-@pytest.mark.parametrize("clause_id", ["CAUSAL-WITH-MASK-ARGS-05", "CAUSAL-WITH-MASK-04", "MASK-OR-CAUSAL-09",
-                                       "MASK-PADDING-SELF-14", "ALL-BLOCKED-FLOAT-04", "DROPOUT-BLOCKED-07"])
+@pytest.mark.parametrize(
+    "clause_id",
+    [
+        "CAUSAL-WITH-MASK-ARGS-05",
+        "CAUSAL-WITH-MASK-04",
+        "MASK-OR-CAUSAL-09",
+        "MASK-PADDING-SELF-14",
+        "ALL-BLOCKED-FLOAT-04",
+        "DROPOUT-BLOCKED-07",
+    ],
+)
 def test_the_correct_function_passes(clause_id):
     from tests.mutants_combos import applies_both
 
@@ -121,8 +129,10 @@ def test_function_mutants_are_caught_only_through_their_own_arguments(name):
     kill is evidence that the combination is tested through the function's arguments."""
     from tests import mutants_combos
 
-    fn = {"fn_drops_causal_with_mask": mutants_combos.drops_causal_with_mask,
-          "fn_drops_mask_with_causal": mutants_combos.drops_mask_with_causal}[name]
+    fn = {
+        "fn_drops_causal_with_mask": mutants_combos.drops_causal_with_mask,
+        "fn_drops_mask_with_causal": mutants_combos.drops_mask_with_causal,
+    }[name]
     info = CATALOG["CAUSAL-WITH-MASK-ARGS-05"]
     assert run_clause(info, _adapter(fn), "float32").startswith("failed: ")
     assert run_clause(info, _adapter(fn, causal_with_mask=False), "float32") == "passed"

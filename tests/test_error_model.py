@@ -34,8 +34,23 @@ def _cases(dtype: str) -> list:
         T, S, D = int(rng.integers(1, 12)), int(rng.integers(1, 30)), int(rng.choice([1, 4, 16, 64]))
         mask = random_mask(i, (B, 1, T, S)) if i % 3 == 0 else None
         bias = 2.0 * rng.standard_normal((T, S)) if i % 4 == 1 else None
-        out.append(random_case(i, B=B, Hq=Hkv * g, Hkv=Hkv, T=T, S=S, Dk=D, Dv=D, dtype=dtype, mask=mask, bias=bias,
-                               is_causal=bool(i % 2), magnitude=float(rng.choice([0.5, 1.0, 3.0]))))
+        out.append(
+            random_case(
+                i,
+                B=B,
+                Hq=Hkv * g,
+                Hkv=Hkv,
+                T=T,
+                S=S,
+                Dk=D,
+                Dv=D,
+                dtype=dtype,
+                mask=mask,
+                bias=bias,
+                is_causal=bool(i % 2),
+                magnitude=float(rng.choice([0.5, 1.0, 3.0])),
+            )
+        )
     return out
 
 
@@ -55,7 +70,7 @@ def test_ensemble_members_stay_inside_the_bound(dtype):
         for name, out in ensemble.forward_members(case).items():
             worst[name] = max(worst.get(name, 0.0), _ratio(tolerance.ensemble_error([out], fwd.out), ob))
         for name, out in ensemble.forward_members(probe_case(case)).items():
-            err = tolerance.ensemble_error([out[..., :case.S]], fwd.weights)
+            err = tolerance.ensemble_error([out[..., : case.S]], fwd.weights)
             worst["weights " + name] = max(worst.get("weights " + name, 0.0), _ratio(err, wb))
         grad_out = np.random.default_rng(1).standard_normal(case.out_shape).astype(case.query.dtype)
         want = oracle.vjp(case, grad_out)
@@ -80,8 +95,11 @@ def test_members_are_honest_not_exact():
 def test_ill_conditioned_rows_are_unbounded_below_float64_and_never_nan(dtype):
     case = dominant_blocked_case(dtype, 200)
     grad_out = np.ones(case.out_shape, dtype=case.query.dtype)
-    allowances = [compare.output_allowance(case), compare.weights_allowance(case),
-                  *compare.grad_allowance(case, grad_out)]
+    allowances = [
+        compare.output_allowance(case),
+        compare.weights_allowance(case),
+        *compare.grad_allowance(case, grad_out),
+    ]
     assert not any(np.isnan(a).any() for a in allowances)
     live = compare.expected(case, DECL).weights > 0
     if dtype == "float64":  # u * |s| = 1e-16 * 2e9: still well conditioned

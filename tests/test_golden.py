@@ -41,8 +41,9 @@ def test_committed_set_verifies():
     report = fixtures.verification()
     assert report.problems == []
     assert "regenerated: within the float64 bound" in report.summary()
-    assert report.inputs_total and len(report.expected) == 5 * len(json.loads(
-        (fixtures.default_dir() / "manifest.json").read_text())["files"])
+    assert report.inputs_total and len(report.expected) == 5 * len(
+        json.loads((fixtures.default_dir() / "manifest.json").read_text())["files"]
+    )
 
 
 def _rewrite(directory: Path, name: str, arrays: dict[str, np.ndarray]) -> None:
@@ -67,9 +68,14 @@ def _reordered(fx: fixtures.GoldenFixture) -> dict[str, np.ndarray]:
     case = fx.case
     alignment, policy = fx.conventions["causal_alignment"][0], fx.conventions["all_blocked"][0]
     blocked, bias = oracle.blocked_and_bias(case, alignment)
-    flipped = Case(np.flip(case.query, (2, 3)), np.flip(case.key, (2, 3)), np.flip(case.value, (2, 3)),
-                   mask=np.flip(blocked, (2, 3)), bias=None if case.bias is None else np.flip(bias, (2, 3)),
-                   scale=case.scale)
+    flipped = Case(
+        np.flip(case.query, (2, 3)),
+        np.flip(case.key, (2, 3)),
+        np.flip(case.value, (2, 3)),
+        mask=np.flip(blocked, (2, 3)),
+        bias=None if case.bias is None else np.flip(bias, (2, 3)),
+        scale=case.scale,
+    )
     answers = golden._answers(flipped, np.flip(fx.grad_out, (2, 3)), policy, "top-left")
     return {k: np.ascontiguousarray(np.flip(a, (2, 3))) for k, a in answers.items()}
 
@@ -116,8 +122,10 @@ def test_an_input_the_case_builder_does_not_regenerate_is_reported(copy):
     q = stored["query"].copy()
     q.flat[3] = np.nextafter(np.nextafter(q.flat[3], np.float32(np.inf)), np.float32(np.inf))  # two steps
     _rewrite(copy, name, {**stored, "query": q})
-    assert any(p == f"{name}: input 'query' is not what the case builder regenerates (more than one step of its "
-                    "dtype apart)" for p in fixtures.verify(copy))
+    assert any(
+        p == f"{name}: input 'query' is not what the case builder regenerates (more than one step of its dtype apart)"
+        for p in fixtures.verify(copy)
+    )
 
 
 def test_the_committed_set_verifies_with_another_cpus_simd_kernels():
@@ -130,8 +138,15 @@ def test_the_committed_set_verifies_with_another_cpus_simd_kernels():
     if not targets:
         pytest.skip("this CPU runs no dispatched SIMD target of NumPy: nothing to turn off")
     env = dict(os.environ, NPY_DISABLE_CPU_FEATURES=" ".join(targets))
-    run = subprocess.run([sys.executable, "-m", "conformance.fixtures", "verify"], env=env, capture_output=True,
-                         text=True, timeout=300, cwd=Path(__file__).resolve().parents[1], check=False)
+    run = subprocess.run(
+        [sys.executable, "-m", "conformance.fixtures", "verify"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).resolve().parents[1],
+        check=False,
+    )
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
     assert "OK; hashes match; regenerated: within the float64 bound" in run.stdout
 

@@ -46,7 +46,12 @@ def test_baseline_and_record_baseline_conflict(pytester, tmp_path):
     if "--record-baseline" not in probe.stdout.str():
         pytest.skip("the baseline sub-plugin is not installed here")
     result = pytester.runpytest_inprocess(
-        CLAUSE, "--impl=numpy", f"--baseline={tmp_path / 'a'}", f"--record-baseline={tmp_path / 'b'}", "-p", "no:cacheprovider"
+        CLAUSE,
+        "--impl=numpy",
+        f"--baseline={tmp_path / 'a'}",
+        f"--record-baseline={tmp_path / 'b'}",
+        "-p",
+        "no:cacheprovider",
     )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     errors = [ln for ln in result.errlines if ln.startswith("ERROR:")]

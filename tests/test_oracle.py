@@ -57,15 +57,28 @@ def loop_attention(case: Case, alignment: str = "top-left") -> np.ndarray:
 def test_forward_matches_per_query_loop(T, S, alignment):
     for seed in range(3):
         mask = random_mask(seed, (2, 1, T, S), p_blocked=0.4, keep_one=seed != 2)
-        case = random_case(seed, B=2, Hq=4, Hkv=2, T=T, S=S, Dk=6, Dv=3, dtype="float64",
-                           mask=mask, is_causal=seed > 0, scale=None if seed < 2 else 0.3)
+        case = random_case(
+            seed,
+            B=2,
+            Hq=4,
+            Hkv=2,
+            T=T,
+            S=S,
+            Dk=6,
+            Dv=3,
+            dtype="float64",
+            mask=mask,
+            is_causal=seed > 0,
+            scale=None if seed < 2 else 0.3,
+        )
         got = oracle.forward(case, causal_alignment=alignment).out
         np.testing.assert_allclose(got, loop_attention(case, alignment), rtol=1e-12, atol=1e-13)
 
 
 def test_all_blocked_policies():
-    case = random_case(1, B=1, Hq=1, T=2, S=3, Dk=4, dtype="float64",
-                       mask=np.array([[True, True, True], [False, True, False]]))
+    case = random_case(
+        1, B=1, Hq=1, T=2, S=3, Dk=4, dtype="float64", mask=np.array([[True, True, True], [False, True, False]])
+    )
     zeros = oracle.forward(case, all_blocked="zeros")
     assert np.all(zeros.out[0, 0, 0] == 0) and np.all(zeros.weights[0, 0, 0] == 0)
     mean = oracle.forward(case, all_blocked="mean-v")

@@ -36,8 +36,9 @@ def test_blocked_matches_plain(alignment, policy, mask_shape):
     shape = {None: None, "TS": (T, S), "B1TS": (B, 1, T, S), "BHTS": (B, Hq, T, S), "B11S": (B, 1, 1, S)}[mask_shape]
     mask = None if shape is None else random_mask(3, shape, p_blocked=0.5, keep_one=False)
     for causal in (False, True):
-        case = random_case(5, B=B, Hq=Hq, Hkv=Hkv, T=T, S=S, Dk=8, Dv=5, dtype="float64", mask=mask,
-                           is_causal=causal, magnitude=2.0)
+        case = random_case(
+            5, B=B, Hq=Hq, Hkv=Hkv, T=T, S=S, Dk=8, Dv=5, dtype="float64", mask=mask, is_causal=causal, magnitude=2.0
+        )
         _compare(case, all_blocked=policy, causal_alignment=alignment)
 
 
@@ -79,5 +80,7 @@ def test_long_sequence_memory_is_bounded():
     finally:
         tracemalloc.stop()
     inputs = 8 * (case.query.size + case.key.size + case.value.size)
-    assert peak < inputs + 16 * 2**20, f"peak {peak / 2**20:.1f} MiB; [B,H,T,S] float64 would be {materialised / 2**20:.0f} MiB"
+    assert peak < inputs + 16 * 2**20, (
+        f"peak {peak / 2**20:.1f} MiB; [B,H,T,S] float64 would be {materialised / 2**20:.0f} MiB"
+    )
     assert peak < 512 * 2**20

@@ -29,7 +29,11 @@ def run_pytest(args: list[str], cwd: Path, extra_path: Path | None = None) -> su
     env["PYTHONPATH"] = os.pathsep.join(paths + [env.get("PYTHONPATH", "")]).strip(os.pathsep)
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=600,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
 
 
@@ -91,16 +95,26 @@ def test_a_bad_value_is_one_line_naming_field_value_and_expected_type(field):
     assert msg.startswith(f"--declare {field}='???': expected ") and "\n" not in msg, msg
 
 
-@pytest.mark.parametrize("item, message", [
-    ("max_head_dim=abc", "--declare max_head_dim='abc': expected an integer or none"),
-    ("grad=maybe", "--declare grad='maybe': expected true or false"),
-    ("all_blocked=zero", "--declare all_blocked='zero': expected one of 'zeros', 'nan', 'mean-v'"),
-    ("all_blocked_float_mask=zero", ("--declare all_blocked_float_mask='zero': expected one of 'zeros', 'nan', "
-                                     "'mean-v' or none")),
-    ("causal-alignment=middle", "--declare causal_alignment='middle': expected one of 'top-left', 'bottom-right'"),
-    ("dtypes=float32,float8", ("--declare dtypes='float32,float8': expected a comma-separated list; unknown dtypes "
-                               "['float8']; known: float64, float32, float16, bfloat16")),
-])
+@pytest.mark.parametrize(
+    "item, message",
+    [
+        ("max_head_dim=abc", "--declare max_head_dim='abc': expected an integer or none"),
+        ("grad=maybe", "--declare grad='maybe': expected true or false"),
+        ("all_blocked=zero", "--declare all_blocked='zero': expected one of 'zeros', 'nan', 'mean-v'"),
+        (
+            "all_blocked_float_mask=zero",
+            ("--declare all_blocked_float_mask='zero': expected one of 'zeros', 'nan', 'mean-v' or none"),
+        ),
+        ("causal-alignment=middle", "--declare causal_alignment='middle': expected one of 'top-left', 'bottom-right'"),
+        (
+            "dtypes=float32,float8",
+            (
+                "--declare dtypes='float32,float8': expected a comma-separated list; unknown dtypes "
+                "['float8']; known: float64, float32, float16, bfloat16"
+            ),
+        ),
+    ],
+)
 def test_declare_error_messages(item, message):
     with pytest.raises(registry.ImplSpecError) as err:
         registry.parse_declare([item])
@@ -108,10 +122,23 @@ def test_declare_error_messages(item, message):
 
 
 def test_declare_values_are_typed_by_the_field():
-    got = registry.parse_declare(["max_head_dim=none", "grad=on", "dtypes= float32 , float16 ", "notes=a b",
-                                  "all_blocked_float_mask=nan", "max-head-dim=128"])
-    assert got == {"max_head_dim": 128, "grad": True, "dtypes": frozenset({"float32", "float16"}), "notes": "a b",
-                   "all_blocked_float_mask": "nan"}
+    got = registry.parse_declare(
+        [
+            "max_head_dim=none",
+            "grad=on",
+            "dtypes= float32 , float16 ",
+            "notes=a b",
+            "all_blocked_float_mask=nan",
+            "max-head-dim=128",
+        ]
+    )
+    assert got == {
+        "max_head_dim": 128,
+        "grad": True,
+        "dtypes": frozenset({"float32", "float16"}),
+        "notes": "a b",
+        "all_blocked_float_mask": "nan",
+    }
     assert registry.parse_declare(["max_head_dim="]) == {"max_head_dim": None}
     assert registry.parse_declare(["dtypes="]) == {"dtypes": frozenset()}  # declares nothing: a verdict matter
     # Collections of names, whatever the field: comma-separated, blanks dropped, the container kept.
@@ -133,20 +160,24 @@ def test_declaration_rejects_unknown_conventions():
 
 def test_certifying_a_plain_function_needs_no_adapter(tmp_path):
     pytest.importorskip("torch", reason="plain SDPA-signature functions are called with torch tensors")
-    (tmp_path / "userkernel.py").write_text(textwrap.dedent("""
+    (tmp_path / "userkernel.py").write_text(
+        textwrap.dedent("""
         import torch.nn.functional as F
 
         def my_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
             return F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
                                                   is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
 
-        def broken_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        def broken_sdpa(
+            query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False
+        ):
             # reads the suite's True = blocked as True = attend: the classic §10 migration bug
             if attn_mask is not None and attn_mask.dtype.is_floating_point is False:
                 attn_mask = ~attn_mask
             return F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
                                                   is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
-    """))
+    """)
+    )
     sel = ["-k", "worked_example or mask_before_softmax", "--allow-partial"]  # a subset: PARTIAL, exit 0 if it passed
     ok = run_pytest(["--pyargs", "conformance", "--impl=userkernel:my_sdpa", *sel], tmp_path, tmp_path)
     assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr[-2000:]
@@ -171,8 +202,9 @@ def test_entry_point_adapters_are_listed_and_usable(tmp_path):
     listing = run_pytest(["--impl-list"], tmp_path, site)
     assert listing.returncode == 0, listing.stdout + listing.stderr
     assert "thirdparty" in listing.stdout and "thirdparty_attn:ThirdParty" in listing.stdout
-    run = run_pytest(["--pyargs", "conformance", "--impl=thirdparty", "-k", "worked_example", "--allow-partial"],
-                     tmp_path, site)
+    run = run_pytest(
+        ["--pyargs", "conformance", "--impl=thirdparty", "-k", "worked_example", "--allow-partial"], tmp_path, site
+    )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     assert re.search(r"thirdparty: PARTIAL: 1/\d+ clauses passed", run.stdout), run.stdout[-2000:]
 
@@ -181,7 +213,8 @@ def test_property_clause_whose_every_case_is_refused_is_an_undeclared_refusal(tm
     """A kernel that refuses every generated case its declaration covers fails the property clause
     (an undeclared refusal, with the --declare that would make the declaration honest) rather than
     passing or erroring in hypothesis; declaring the dtype away makes the clause not applicable."""
-    (tmp_path / "refuser.py").write_text(textwrap.dedent("""
+    (tmp_path / "refuser.py").write_text(
+        textwrap.dedent("""
         from conformance.contract import NotApplicable
         from implementations.numpy_kernel import NumpyAdapter
 
@@ -190,7 +223,8 @@ def test_property_clause_whose_every_case_is_refused_is_an_undeclared_refusal(tm
 
             def forward(self, case):
                 raise NotApplicable("this kernel takes no case at all")
-    """))
+    """)
+    )
     args = ["--pyargs", "conformance", "--impl=refuser:Refuser", "-k", "agrees_with_oracle and float32", "-rs"]
     run = run_pytest(args, tmp_path, tmp_path)
     assert run.returncode == 1, run.stdout[-3000:]
@@ -204,8 +238,14 @@ def test_declared_causal_alignment_of_a_function_is_tested_not_emulated(tmp_path
     """torch's SDPA aligns is_causal top-left; declaring bottom-right for it must fail the alignment
     clause (the adapter passes is_causal through instead of building the declared mask itself)."""
     pytest.importorskip("torch", reason="the function under test is torch's own SDPA")
-    args = ["--pyargs", "conformance", "--impl=torch.nn.functional:scaled_dot_product_attention",
-            "-k", "test_causal_alignment and float32", "--allow-partial"]
+    args = [
+        "--pyargs",
+        "conformance",
+        "--impl=torch.nn.functional:scaled_dot_product_attention",
+        "-k",
+        "test_causal_alignment and float32",
+        "--allow-partial",
+    ]
     assert run_pytest(args, tmp_path).returncode == 0
     wrong = run_pytest(args + ["--declare", "causal_alignment=bottom-right"], tmp_path)
     assert wrong.returncode == 1 and "clause CAUSAL-ALIGN-02" in wrong.stdout, wrong.stdout[-2000:]
@@ -215,17 +255,27 @@ def test_mask_sense_of_a_function_is_declared_and_tested(tmp_path):
     """A function whose boolean mask means True = blocked (nn.MultiheadAttention's sense) conforms
     when it says so with --declare mask_sense=blocked, and fails the mask clauses when it does not."""
     pytest.importorskip("torch", reason="plain SDPA-signature functions are called with torch tensors")
-    (tmp_path / "blockedsense.py").write_text(textwrap.dedent("""
+    (tmp_path / "blockedsense.py").write_text(
+        textwrap.dedent("""
         import torch.nn.functional as F
 
-        def sdpa_blocked(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        def sdpa_blocked(
+            query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False
+        ):
             if attn_mask is not None and attn_mask.dtype.is_floating_point is False:
                 attn_mask = ~attn_mask  # this kernel's API: True = blocked
             return F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
                                                   is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
-    """))
-    args = ["--pyargs", "conformance", "--impl=blockedsense:sdpa_blocked", "-k", "mask_sense and float32",
-            "--allow-partial"]
+    """)
+    )
+    args = [
+        "--pyargs",
+        "conformance",
+        "--impl=blockedsense:sdpa_blocked",
+        "-k",
+        "mask_sense and float32",
+        "--allow-partial",
+    ]
     declared = run_pytest(args + ["--declare", "mask_sense=blocked"], tmp_path, tmp_path)
     assert declared.returncode == 0, declared.stdout[-2000:]
     undeclared = run_pytest(args, tmp_path, tmp_path)

@@ -76,8 +76,12 @@ def test_state_leaking_between_calls_is_caught(pytester):
 def test_well_behaved_base_passes_the_same_modules(pytester):
     """Control: the same modules against the correct base kernel pass, so the failures above are the misbehaviour's."""
     result = pytester.runpytest_inprocess(
-        str(CLAUSES / "test_worked_example.py"), str(CLAUSES / "test_softmax.py"),
-        str(CLAUSES / "test_self_consistency.py"), "--impl=tests.mutants:BaseKernel", "-p", "no:cacheprovider",
+        str(CLAUSES / "test_worked_example.py"),
+        str(CLAUSES / "test_softmax.py"),
+        str(CLAUSES / "test_self_consistency.py"),
+        "--impl=tests.mutants:BaseKernel",
+        "-p",
+        "no:cacheprovider",
         "--allow-partial",
     )
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-3000:]
@@ -88,8 +92,13 @@ def test_xdist_summary_aggregates_worker_results(pytester, monkeypatch):
     pytest.importorskip("xdist")
     monkeypatch.setenv("PYTHONPATH", str(CLAUSES.parents[1]))
     result = pytester.runpytest_subprocess(
-        str(CLAUSES / "test_worked_example.py"), str(CLAUSES / "test_softmax.py"),
-        "--impl=tests.misbehaving:Raises", "-n", "2", "-p", "no:cacheprovider",
+        str(CLAUSES / "test_worked_example.py"),
+        str(CLAUSES / "test_softmax.py"),
+        "--impl=tests.misbehaving:Raises",
+        "-n",
+        "2",
+        "-p",
+        "no:cacheprovider",
     )
     text = result.stdout.str()
     # both workers' results: SOFTMAX-AXIS-01 passed on one, WORKED-EXAMPLE-01 failed on the other

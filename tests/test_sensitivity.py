@@ -55,8 +55,9 @@ class GradientScaled:
 
     def vjp(self, case: Case, grad_out: np.ndarray):
         lowp = np_dtype(case.dtype)
-        return tuple((np.asarray(g, dtype=np.float64) * self.factor).astype(lowp)
-                     for g in self.base.vjp(case, grad_out))
+        return tuple(
+            (np.asarray(g, dtype=np.float64) * self.factor).astype(lowp) for g in self.base.vjp(case, grad_out)
+        )
 
 
 @pytest.mark.parametrize("base", BASES)

@@ -24,9 +24,15 @@ PLAN = {"A-01": ("float32", "float16"), "B-02": (None,), "LONG-03": ("float32",)
 
 
 def test_every_planned_case_passed_or_declared_away_conforms():
-    v = V.decide([_r("A-01", "float32", V.PASSED, cases_run=3), _r("A-01", "float16", V.NOT_APPLICABLE, reason="r"),
-                  _r("B-02", None, V.NOT_APPLICABLE, reason="declares grad=False"),
-                  _r("LONG-03", "float32", V.NOT_IN_PROFILE, reason="not in profile")], PLAN)
+    v = V.decide(
+        [
+            _r("A-01", "float32", V.PASSED, cases_run=3),
+            _r("A-01", "float16", V.NOT_APPLICABLE, reason="r"),
+            _r("B-02", None, V.NOT_APPLICABLE, reason="declares grad=False"),
+            _r("LONG-03", "float32", V.NOT_IN_PROFILE, reason="not in profile"),
+        ],
+        PLAN,
+    )
     assert v.word == V.CONFORMS and v.exit_code == 0
     assert v.clauses_planned == 2 and v.not_in_profile == ["LONG-03"] and v.cases_run == 3
     assert v.headline().startswith("CONFORMS: 1/2 clauses passed, 1 not applicable by declaration; 3 cases run")
@@ -41,8 +47,12 @@ def test_a_missing_dtype_or_clause_is_partial_never_conforms():
 
 
 def test_an_unexpected_skip_is_partial():
-    rows = [_r("A-01", "float32", V.PASSED), _r("A-01", "float16", V.SKIPPED, reason="device busy"),
-            _r("B-02", None, V.PASSED), _r("LONG-03", "float32", V.PASSED)]
+    rows = [
+        _r("A-01", "float32", V.PASSED),
+        _r("A-01", "float16", V.SKIPPED, reason="device busy"),
+        _r("B-02", None, V.PASSED),
+        _r("LONG-03", "float32", V.PASSED),
+    ]
     v = V.decide(rows, PLAN)
     assert v.word == V.PARTIAL and "device busy" in v.clauses_missing["A-01"]
 
@@ -56,9 +66,12 @@ def test_nothing_applicable_is_not_run_and_a_failure_wins():
 
 
 def test_a_property_clause_that_ran_fewer_examples_says_so():
-    v = V.decide([_r("B-02", None, V.PASSED, examples_run=5, examples_planned=25, cases_declared_na=20)],
-                 {"B-02": (None,)})
-    assert v.thin_examples == {"B-02[None]": "5 of 25 planned examples ran (20 drawn cases not applicable by declaration)"}
+    v = V.decide(
+        [_r("B-02", None, V.PASSED, examples_run=5, examples_planned=25, cases_declared_na=20)], {"B-02": (None,)}
+    )
+    assert v.thin_examples == {
+        "B-02[None]": "5 of 25 planned examples ran (20 drawn cases not applicable by declaration)"
+    }
 
 
 def test_records_survive_a_round_trip_through_a_dict():
@@ -68,8 +81,14 @@ def test_records_survive_a_round_trip_through_a_dict():
 
 # -- negative controls: whole runs ---------------------------------------------------------------
 def _pytest(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args], cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def _summary(proc: subprocess.CompletedProcess, spec: str) -> str:

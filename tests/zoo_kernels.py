@@ -87,8 +87,16 @@ class ZooKernel:
 
     def __init__(self) -> None:
         self.declaration = Declaration(
-            grad=self.has_grad, dropout=False, gqa=True, bool_mask=True, float_mask=True, causal=True,
-            custom_scale=True, all_blocked="zeros", deterministic=True, notes=f"positive control: {self.name}",
+            grad=self.has_grad,
+            dropout=False,
+            gqa=True,
+            bool_mask=True,
+            float_mask=True,
+            causal=True,
+            custom_scale=True,
+            all_blocked="zeros",
+            deterministic=True,
+            notes=f"positive control: {self.name}",
         )
 
     def forward(self, case: Case) -> np.ndarray:
@@ -155,10 +163,12 @@ class LseTwoPass(ZooKernel):
         m = np.full(s.shape[:-1] + (1,), -np.inf, dtype=work)
         acc = np.zeros_like(m)
         for a in range(0, s.shape[-1], self.TILE):
-            tile = s[..., a:a + self.TILE]
+            tile = s[..., a : a + self.TILE]
             m_new = np.maximum(m, tile.max(axis=-1, keepdims=True))
             ref = np.where(np.isneginf(m_new), work(0), m_new)
-            acc = acc * np.exp(np.where(np.isneginf(m), -np.inf, m - ref)) + np.exp(tile - ref).sum(axis=-1, keepdims=True)
+            acc = acc * np.exp(np.where(np.isneginf(m), -np.inf, m - ref)) + np.exp(tile - ref).sum(
+                axis=-1, keepdims=True
+            )
             m = m_new
         with np.errstate(divide="ignore"):
             return np.where(acc > 0, m + np.log(np.where(acc > 0, acc, 1)), -np.inf).astype(work)
@@ -408,11 +418,20 @@ class ReversedPairwise(ZooKernel):
         acc = np.zeros(case.out_shape, dtype=work)
         step = 1 if case.S <= 2048 else 64
         for j in range(0, case.S, step):  # key by key (long sequences: 64 at a time), last key first
-            acc = acc + np.einsum("bhts,bhsd->bhtd", p[..., j:j + step], ve[:, :, j:j + step])
+            acc = acc + np.einsum("bhts,bhsd->bhtd", p[..., j : j + step], ve[:, :, j : j + step])
         return acc
 
 
-ZOO: dict[str, type[ZooKernel]] = {cls.name: cls for cls in (
-    MaxSubPRounded, LseTwoPass, FA2Exp2, OnlineOddTiles, FlashDecoding, Float64Throughout, GqaGroupedPFloat32,
-    ReversedPairwise,
-)}
+ZOO: dict[str, type[ZooKernel]] = {
+    cls.name: cls
+    for cls in (
+        MaxSubPRounded,
+        LseTwoPass,
+        FA2Exp2,
+        OnlineOddTiles,
+        FlashDecoding,
+        Float64Throughout,
+        GqaGroupedPFloat32,
+        ReversedPairwise,
+    )
+}

@@ -25,8 +25,13 @@ MASK_KINDS = ("none", "[T,S]", "[B,1,T,S]", "[B,H,T,S]", "[B,1,1,S]")
 
 
 def _mask(kind: str, seed: int, B: int, H: int, T: int, S: int):
-    shape = {"none": None, "[T,S]": (T, S), "[B,1,T,S]": (B, 1, T, S), "[B,H,T,S]": (B, H, T, S),
-             "[B,1,1,S]": (B, 1, 1, S)}[kind]
+    shape = {
+        "none": None,
+        "[T,S]": (T, S),
+        "[B,1,T,S]": (B, 1, T, S),
+        "[B,H,T,S]": (B, H, T, S),
+        "[B,1,1,S]": (B, 1, 1, S),
+    }[kind]
     return None if shape is None else random_mask(seed, shape, p_blocked=0.35)
 
 
@@ -47,8 +52,18 @@ def test_agrees_with_oracle(impl, dtype, data, seed):
     is_causal = data.draw(st.booleans(), label="is_causal") if decl.causal else False
     scale = data.draw(st.sampled_from([None, None, 0.5, 0.125]), label="scale") if decl.custom_scale else None
     case = random_case(
-        seed, B=shp.B, Hq=shp.Hq, Hkv=shp.Hkv, T=shp.T, S=shp.S, Dk=shp.Dk, Dv=shp.Dv, dtype=dtype,
-        mask=_mask(kind, seed, shp.B, shp.Hq, shp.T, shp.S), is_causal=is_causal, scale=scale,
+        seed,
+        B=shp.B,
+        Hq=shp.Hq,
+        Hkv=shp.Hkv,
+        T=shp.T,
+        S=shp.S,
+        Dk=shp.Dk,
+        Dv=shp.Dv,
+        dtype=dtype,
+        mask=_mask(kind, seed, shp.B, shp.Hq, shp.T, shp.S),
+        is_causal=is_causal,
+        scale=scale,
     )
     impl.require(case)
     compare.assert_output_matches(impl, case)

@@ -45,8 +45,11 @@ DROPOUT = "dropout_p 必须位于 [0, 1]"
 def _all_zero_output(impl: Impl, case: Case) -> None:
     """dropout_p = 1 drops every weight: the output is exactly 0 (000 §8's F.dropout)."""
     out = np.asarray(impl.forward(case), dtype=np.float64)
-    check(bool(np.all(out == 0)), f"dropout_p = 1 must give an all-zero output; {int(np.count_nonzero(out))} "
-          "elements are not 0", case)
+    check(
+        bool(np.all(out == 0)),
+        f"dropout_p = 1 must give an all-zero output; {int(np.count_nonzero(out))} elements are not 0",
+        case,
+    )
 
 
 def bad_cases(dtype: str, dropout: bool) -> list[tuple[BadInput, type, str]]:
@@ -59,34 +62,97 @@ def bad_cases(dtype: str, dropout: bool) -> list[tuple[BadInput, type, str]]:
     cases = [
         (BadInput("query is 3-D", c.replace(query=cut(q[0])), [c]), ValueError, RANK),
         (BadInput("key is 5-D", c.replace(key=cut(k[None])), [c]), ValueError, RANK),
-        (BadInput("integer q, k, v", c.replace(query=q.astype(np.int32), key=k.astype(np.int32),
-                                                value=v.astype(np.int32)), [c]), TypeError, FLOAT),
-        (BadInput("key dtype differs from query's",
-                  c.replace(key=k.astype(np.float64 if dtype != "float64" else np.float32)), [c]),
-         ValueError, SAME_DTYPE),
-        (BadInput("key/value batch 1 against query batch 2 (broadcastable)", c.replace(key=cut(k[:1]), value=cut(v[:1])),
-                  [c]), ValueError, DIMS),
-        (BadInput("3 query heads against 2 kv heads (not a multiple)", heads,
-                  [heads.replace(query=cut(np.concatenate([q3, q3[:, :1]], axis=1)), label="valid neighbour Hq=4 Hkv=2"),
-                   heads.replace(query=cut(q3[:, :2]), label="valid neighbour Hq=2 Hkv=2")]), ValueError, DIMS),
-        (BadInput("key feature dim 4 against query's 8", c.replace(key=cut(k[..., :4])),
-                  [c.replace(query=cut(q[..., :4]), key=cut(k[..., :4]), label="valid neighbour Dk=4"), c]),
-         ValueError, DIMS),
-        (BadInput("value length 4 against key length 5", c.replace(value=cut(v[:, :, :4])),
-                  [c.replace(key=cut(k[:, :, :4]), value=cut(v[:, :, :4]), label="valid neighbour S=4")]),
-         ValueError, DIMS),
-        (BadInput("no queries (T = 0)", c.replace(query=cut(q[:, :, :0])),
-                  [c.replace(query=cut(q[:, :, :1]), label="valid neighbour T=1")]), ValueError, POSITIVE),
-        (BadInput("no keys (S = 0)", c.replace(key=cut(k[:, :, :0]), value=cut(v[:, :, :0])),
-                  [c.replace(key=cut(k[:, :, :1]), value=cut(v[:, :, :1]), label="valid neighbour S=1")]),
-         ValueError, POSITIVE),
+        (
+            BadInput(
+                "integer q, k, v",
+                c.replace(query=q.astype(np.int32), key=k.astype(np.int32), value=v.astype(np.int32)),
+                [c],
+            ),
+            TypeError,
+            FLOAT,
+        ),
+        (
+            BadInput(
+                "key dtype differs from query's",
+                c.replace(key=k.astype(np.float64 if dtype != "float64" else np.float32)),
+                [c],
+            ),
+            ValueError,
+            SAME_DTYPE,
+        ),
+        (
+            BadInput(
+                "key/value batch 1 against query batch 2 (broadcastable)",
+                c.replace(key=cut(k[:1]), value=cut(v[:1])),
+                [c],
+            ),
+            ValueError,
+            DIMS,
+        ),
+        (
+            BadInput(
+                "3 query heads against 2 kv heads (not a multiple)",
+                heads,
+                [
+                    heads.replace(
+                        query=cut(np.concatenate([q3, q3[:, :1]], axis=1)), label="valid neighbour Hq=4 Hkv=2"
+                    ),
+                    heads.replace(query=cut(q3[:, :2]), label="valid neighbour Hq=2 Hkv=2"),
+                ],
+            ),
+            ValueError,
+            DIMS,
+        ),
+        (
+            BadInput(
+                "key feature dim 4 against query's 8",
+                c.replace(key=cut(k[..., :4])),
+                [c.replace(query=cut(q[..., :4]), key=cut(k[..., :4]), label="valid neighbour Dk=4"), c],
+            ),
+            ValueError,
+            DIMS,
+        ),
+        (
+            BadInput(
+                "value length 4 against key length 5",
+                c.replace(value=cut(v[:, :, :4])),
+                [c.replace(key=cut(k[:, :, :4]), value=cut(v[:, :, :4]), label="valid neighbour S=4")],
+            ),
+            ValueError,
+            DIMS,
+        ),
+        (
+            BadInput(
+                "no queries (T = 0)",
+                c.replace(query=cut(q[:, :, :0])),
+                [c.replace(query=cut(q[:, :, :1]), label="valid neighbour T=1")],
+            ),
+            ValueError,
+            POSITIVE,
+        ),
+        (
+            BadInput(
+                "no keys (S = 0)",
+                c.replace(key=cut(k[:, :, :0]), value=cut(v[:, :, :0])),
+                [c.replace(key=cut(k[:, :, :1]), value=cut(v[:, :, :1]), label="valid neighbour S=1")],
+            ),
+            ValueError,
+            POSITIVE,
+        ),
     ]
     if dropout:
         cases += [
             (BadInput("dropout_p = -0.1", c.replace(dropout_p=-0.1), [c]), ValueError, DROPOUT),
-            (BadInput("dropout_p = 1.5", c.replace(dropout_p=1.5),
-                      [c.replace(dropout_p=1.0, label="valid neighbour dropout_p=1")], _all_zero_output),
-             ValueError, DROPOUT),
+            (
+                BadInput(
+                    "dropout_p = 1.5",
+                    c.replace(dropout_p=1.5),
+                    [c.replace(dropout_p=1.0, label="valid neighbour dropout_p=1")],
+                    _all_zero_output,
+                ),
+                ValueError,
+                DROPOUT,
+            ),
         ]
     return cases
 
@@ -102,13 +168,19 @@ def _needs_validation(impl: Impl) -> None:
     "error of a declared class, and the valid neighbour of each is accepted",
     PRECONDITIONS,
     requires=["validates_inputs"],
-    kills=["validates_nothing", "rejects_everything", "refuses_bad_input_as_not_applicable",
-           "bad_input_crashes_keyerror", "validation_by_assert"],
+    kills=[
+        "validates_nothing",
+        "rejects_everything",
+        "refuses_bad_input_as_not_applicable",
+        "bad_input_crashes_keyerror",
+        "validation_by_assert",
+    ],
 )
 def test_bad_input_raises(impl, dtype):
     _needs_validation(impl)
-    check_rejections(impl, [b for b, _, _ in bad_cases(dtype, impl.declaration.dropout)],
-                     "declared validates_inputs=True")
+    check_rejections(
+        impl, [b for b, _, _ in bad_cases(dtype, impl.declaration.dropout)], "declared validates_inputs=True"
+    )
 
 
 def _speaks_the_articles_errors(impl: Impl, dtype: str) -> bool:
@@ -127,8 +199,10 @@ def _speaks_the_articles_errors(impl: Impl, dtype: str) -> bool:
 def test_article_errors(impl, dtype):
     _needs_validation(impl)
     if not _speaks_the_articles_errors(impl, dtype):
-        impl.not_applicable("its errors are not the article's (a 3-D query does not raise "
-                            f"{RANK!r}); only the article's own implementation is held to its messages")
+        impl.not_applicable(
+            "its errors are not the article's (a 3-D query does not raise "
+            f"{RANK!r}); only the article's own implementation is held to its messages"
+        )
     wrong = []
     for bad, etype, message in bad_cases(dtype, impl.declaration.dropout):
         what, case = bad.what, bad.case
@@ -158,10 +232,20 @@ def test_bad_mask_raises(impl, dtype):
     keys = random_mask(98, (2, 5), p_blocked=0.4)
     keys[:, 0] = False
     bad = [
-        BadInput("[T+1, S] mask for T=3, S=5", c.replace(mask=np.concatenate([rows, rows[:1]])),
-                 [c.replace(mask=rows, label="valid neighbour: [T, S] mask")]),
-        BadInput("[B, S] key padding mask passed as is (§7.1)", c.replace(mask=keys),
-                 [c.replace(mask=np.ascontiguousarray(keys[:, None, None, :]),
-                            label="valid neighbour: the same padding mask as [B, 1, 1, S]")]),
+        BadInput(
+            "[T+1, S] mask for T=3, S=5",
+            c.replace(mask=np.concatenate([rows, rows[:1]])),
+            [c.replace(mask=rows, label="valid neighbour: [T, S] mask")],
+        ),
+        BadInput(
+            "[B, S] key padding mask passed as is (§7.1)",
+            c.replace(mask=keys),
+            [
+                c.replace(
+                    mask=np.ascontiguousarray(keys[:, None, None, :]),
+                    label="valid neighbour: the same padding mask as [B, 1, 1, S]",
+                )
+            ],
+        ),
     ]
     check_rejections(impl, bad, "masks that do not broadcast to [B, H, T, S]")

@@ -21,7 +21,11 @@ from conformance.harness.report import ClauseViolation, fail, mismatch_report
 TRIANGLE = Source("000", "§7.2 Causal Mask", "禁止区域是注意力矩阵的严格上三角")
 OFFSET = Source("000", "§9 一个最小 Shape 测试", "带 KV Cache 的非方阵因果屏蔽也需要考虑位置偏移。")
 DECODE = Source("003", "输入与输出", "自回归 Decode 的单步查询通常 T_q=1，而 T_k 随历史长度增长。")
-BOTH = Source("000", "§12 常见误区与代码错误", "前者限制时间方向，后者忽略填充 token，解决的是两个不同问题，训练 Decoder 时常常需要同时使用。")
+BOTH = Source(
+    "000",
+    "§12 常见误区与代码错误",
+    "前者限制时间方向，后者忽略填充 token，解决的是两个不同问题，训练 Decoder 时常常需要同时使用。",
+)
 
 
 def _check_causal_weights(impl, case) -> None:
@@ -48,8 +52,13 @@ def _check_causal_weights(impl, case) -> None:
             case,
         )
     allowed = compare.weights_allowance(case, decl)
-    msg = mismatch_report("causal weights", w, want.weights, np.where(live[..., None], allowed, np.inf),
-                          tolerance.describe(decl.tolerance_dtype(case), "observed weights"))
+    msg = mismatch_report(
+        "causal weights",
+        w,
+        want.weights,
+        np.where(live[..., None], allowed, np.inf),
+        tolerance.describe(decl.tolerance_dtype(case), "observed weights"),
+    )
     if msg:
         raise ClauseViolation(msg, case)
 
@@ -77,8 +86,17 @@ def test_causal_triangle(impl, dtype):
 )
 def test_causal_alignment(impl, dtype):
     for seed, (T, S) in ((310, (3, 7)), (311, (7, 3))):
-        case = random_case(seed, B=1, Hq=2, T=T, S=S, Dk=8, dtype=dtype, is_causal=True,
-                           label=f"causal T={T} S={S}, declared {impl.declaration.causal_alignment}")
+        case = random_case(
+            seed,
+            B=1,
+            Hq=2,
+            T=T,
+            S=S,
+            Dk=8,
+            dtype=dtype,
+            is_causal=True,
+            label=f"causal T={T} S={S}, declared {impl.declaration.causal_alignment}",
+        )
         impl.require(case)
         _check_causal_weights(impl, case)
         compare.assert_output_matches(impl, case)
@@ -96,7 +114,9 @@ def test_decode_single_query(impl, dtype):
         impl.require(case)
         compare.assert_output_matches(impl, case)
         if impl.declaration.causal:
-            causal = case.replace(is_causal=True, label=case.label + f" is_causal ({impl.declaration.causal_alignment})")
+            causal = case.replace(
+                is_causal=True, label=case.label + f" is_causal ({impl.declaration.causal_alignment})"
+            )
             _check_causal_weights(impl, causal)
             compare.assert_output_matches(impl, causal)
 
@@ -112,8 +132,18 @@ def test_causal_with_mask(impl, dtype):
     for seed, (T, S) in ((330, (6, 6)), (331, (4, 7))):
         mask = random_mask(seed, (2, 2, T, S), p_blocked=0.35)
         mask[..., 0] = False  # key 0 is visible to every query under both alignments: no empty rows
-        case = random_case(seed, B=2, Hq=2, T=T, S=S, Dk=8, dtype=dtype, mask=mask, is_causal=True,
-                           label=f"is_causal + [B,H,T,S] mask, T={T} S={S}")
+        case = random_case(
+            seed,
+            B=2,
+            Hq=2,
+            T=T,
+            S=S,
+            Dk=8,
+            dtype=dtype,
+            mask=mask,
+            is_causal=True,
+            label=f"is_causal + [B,H,T,S] mask, T={T} S={S}",
+        )
         impl.require(case)
         _check_causal_weights(impl, case)
         compare.assert_output_matches(impl, case)

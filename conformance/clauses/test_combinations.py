@@ -24,19 +24,22 @@ from conformance.harness.probes import observe_weights
 from conformance.harness.report import check, fail
 
 BOTH = Source(
-    "000", "§12 常见误区与代码错误", "前者限制时间方向，后者忽略填充 token，解决的是两个不同问题，训练 Decoder 时常常需要同时使用。"
+    "000",
+    "§12 常见误区与代码错误",
+    "前者限制时间方向，后者忽略填充 token，解决的是两个不同问题，训练 Decoder 时常常需要同时使用。",
 )
 PADDING = Source(
     "000",
     "§7.1 Padding Mask",
-    ("这些填充位置没有语义，不应被其他 Query 读取。",
-     "具体写法是 key_padding_mask[:, None, None, :]，得到 [B,1,1,S]，沿 head 和 Query 维广播。"),
+    (
+        "这些填充位置没有语义，不应被其他 Query 读取。",
+        "具体写法是 key_padding_mask[:, None, None, :]，得到 [B,1,1,S]，沿 head 和 Query 维广播。",
+    ),
 )
 ALL_BLOCKED = Source(
     "000",
     "§8 最小 PyTorch 实现",
-    "如果某个 Query 的所有 Key 都被禁止，softmax 在数学上没有定义；"
-    "本实现明确约定该行的权重和输出为 0，避免 NaN。",
+    "如果某个 Query 的所有 Key 都被禁止，softmax 在数学上没有定义；本实现明确约定该行的权重和输出为 0，避免 NaN。",
 )
 
 # (T, S): square self-attention, and both non-square directions (the declared alignment decides).
@@ -75,8 +78,20 @@ def _causal_mask_cases(impl: Impl, dtype: str) -> list[Case]:
             if decl.float_mask:
                 kinds.append(("additive M [B,H,T,S] (finite and -inf)", {"bias": bias}))
         for j, (what, arrays) in enumerate(kinds):
-            cases.append(random_case(seed + 2 + j, B=2, Hq=2, T=T, S=S, Dk=8, dtype=dtype, is_causal=True,
-                                     label=f"is_causal + {what}, T={T} S={S}", **arrays))
+            cases.append(
+                random_case(
+                    seed + 2 + j,
+                    B=2,
+                    Hq=2,
+                    T=T,
+                    S=S,
+                    Dk=8,
+                    dtype=dtype,
+                    is_causal=True,
+                    label=f"is_causal + {what}, T={T} S={S}",
+                    **arrays,
+                )
+            )
     return cases
 
 
@@ -106,9 +121,17 @@ def _padding_lengths_case(dtype: str, seed: int, lengths: tuple[int, ...], T: in
     blocked = key_padding_mask[:, None, None, :]
     arrays = {"bias": np.where(blocked, -np.inf, 0.0)} if additive else {"mask": blocked}
     what = "additive M" if additive else "bool"
-    return random_case(seed, B=B, Hq=2, T=T, S=S, Dk=8, dtype=dtype,
-                       label=f"self-attention T == S = {T}, key padding [B,1,1,S] ({what}), lengths {list(lengths)}",
-                       **arrays)
+    return random_case(
+        seed,
+        B=B,
+        Hq=2,
+        T=T,
+        S=S,
+        Dk=8,
+        dtype=dtype,
+        label=f"self-attention T == S = {T}, key padding [B,1,1,S] ({what}), lengths {list(lengths)}",
+        **arrays,
+    )
 
 
 @clause(
@@ -152,7 +175,7 @@ def _neg_inf_rows_case(dtype: str, seed: int, *, with_bool: bool) -> Case:
     if with_bool:
         mask = np.zeros((B, 1, T, S), dtype=bool)
         mask[0, 0, 2, : S // 2] = True
-        bias[0, 0, 2, S // 2:] = -np.inf
+        bias[0, 0, 2, S // 2 :] = -np.inf
         arrays["mask"] = mask
         label += ", one row emptied by bool mask | M"
     return random_case(seed, B=B, Hq=H, T=T, S=S, Dk=8, dtype=dtype, label=label, **arrays)
@@ -170,8 +193,11 @@ def _check_empty_rows(impl: Impl, case: Case) -> None:
     where = f"rows blocked entirely by {'the union of the boolean mask and ' if case.mask is not None else ''}-inf in M"
     if policy == "zeros" and not np.all(rows == 0):
         finite = np.abs(rows[np.isfinite(rows)])
-        fail(f"{where} must be exactly 0 (declared all_blocked policy for this case: zeros); got "
-             f"{int(np.isnan(rows).sum())} NaN, max finite |value| {finite.max() if finite.size else 0:.3g}", case)
+        fail(
+            f"{where} must be exactly 0 (declared all_blocked policy for this case: zeros); got "
+            f"{int(np.isnan(rows).sum())} NaN, max finite |value| {finite.max() if finite.size else 0:.3g}",
+            case,
+        )
     if policy == "nan":
         check(bool(np.all(np.isnan(rows))), f"{where} must be NaN (declared policy for this case: nan)", case)
     live = out[~empty]

@@ -16,7 +16,11 @@ from conformance.harness.clause import Source, clause
 
 CROSS = Source("000", "§6.2 Cross-Attention", "因此，实现注意力时不能把 $K$ 、 $V$ 强行 reshape 成 Query 的长度 $T$ 。")
 KEY_AXIS = Source("003", "输入与输出", "Softmax 沿最后一维 T_k 归一化。")
-HEAD_DIM = Source("003", "工程实现", "融合 kernel 有 dtype、设备、head dimension、Mask 等限制；不能仅凭调用了同一个 API 就断言实际使用了 FlashAttention。")
+HEAD_DIM = Source(
+    "003",
+    "工程实现",
+    "融合 kernel 有 dtype、设备、head dimension、Mask 等限制；不能仅凭调用了同一个 API 就断言实际使用了 FlashAttention。",
+)
 
 # (B, Hq, T, S, Dk, Dv): each breaks an assumption some kernel makes.
 CROSS_SHAPES: tuple[tuple[int, int, int, int, int, int], ...] = (
@@ -59,7 +63,9 @@ def _run_supported(impl, cases: list[Case]) -> None:
 )
 def test_cross_attention_shapes(impl, dtype):
     cases = [
-        random_case(400 + i, B=B, Hq=H, T=T, S=S, Dk=Dk, Dv=Dv, dtype=dtype, label=f"B={B} H={H} T={T} S={S} Dk={Dk} Dv={Dv}")
+        random_case(
+            400 + i, B=B, Hq=H, T=T, S=S, Dk=Dk, Dv=Dv, dtype=dtype, label=f"B={B} H={H} T={T} S={S} Dk={Dk} Dv={Dv}"
+        )
         for i, (B, H, T, S, Dk, Dv) in enumerate(CROSS_SHAPES)
     ]
     _run_supported(impl, cases)

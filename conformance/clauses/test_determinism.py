@@ -29,8 +29,9 @@ def _needs(impl: Impl, field: str) -> None:
 def _first_difference(a: np.ndarray, b: np.ndarray) -> str:
     diff = ~((a == b) | (np.isnan(a.astype(np.float64)) & np.isnan(b.astype(np.float64))))
     idx = tuple(int(i) for i in np.argwhere(diff)[0])
-    return (f"{int(diff.sum())} of {a.size} elements differ; first at {list(idx)}: "
-            f"{float(a[idx])!r} vs {float(b[idx])!r}")
+    return (
+        f"{int(diff.sum())} of {a.size} elements differ; first at {list(idx)}: {float(a[idx])!r} vs {float(b[idx])!r}"
+    )
 
 
 @clause(
@@ -43,8 +44,17 @@ def _first_difference(a: np.ndarray, b: np.ndarray) -> str:
 def test_repeatable(impl, dtype):
     _needs(impl, "deterministic")
     B, T, S = 2, 9, 40
-    case = random_case(80, B=B, Hq=2, T=T, S=S, Dk=16, Dv=16, dtype=dtype,
-                       mask=random_mask(80, (B, 1, T, S)) if impl.declaration.bool_mask else None)
+    case = random_case(
+        80,
+        B=B,
+        Hq=2,
+        T=T,
+        S=S,
+        Dk=16,
+        Dv=16,
+        dtype=dtype,
+        mask=random_mask(80, (B, 1, T, S)) if impl.declaration.bool_mask else None,
+    )
     impl.require(case)
     outs = [impl.forward(case) for _ in range(3)]
     for i, o in enumerate(outs[1:], start=2):
@@ -55,8 +65,11 @@ def test_repeatable(impl, dtype):
         first, again = impl.vjp(case, g), impl.vjp(case, g)
         for name, a, b in zip(("dq", "dk", "dv"), first, again):
             if not np.array_equal(a, b, equal_nan=True):
-                fail(f"{name} of the second backward differs from the first (declared deterministic): "
-                     f"{_first_difference(a, b)}", case)
+                fail(
+                    f"{name} of the second backward differs from the first (declared deterministic): "
+                    f"{_first_difference(a, b)}",
+                    case,
+                )
 
 
 @clause(
@@ -77,7 +90,10 @@ def test_batch_invariant(impl, dtype):
         q, k, v = (np.array(a, copy=True) for a in (crowd.query, crowd.key, crowd.value))
         q[pos], k[pos], v[pos] = item.query[0], item.key[0], item.value[0]
         batch = crowd.replace(query=q, key=k, value=v, label=f"item placed at {pos} of a batch of {B}")
-        got = impl.forward(batch)[pos:pos + 1]
+        got = impl.forward(batch)[pos : pos + 1]
         if not np.array_equal(got, alone, equal_nan=True):
-            fail(f"the item's output at position {pos} of a batch of {B} differs from its output alone "
-                 f"(declared batch_invariant): {_first_difference(got, alone)}", batch)
+            fail(
+                f"the item's output at position {pos} of a batch of {B} differs from its output alone "
+                f"(declared batch_invariant): {_first_difference(got, alone)}",
+                batch,
+            )

@@ -26,9 +26,7 @@ RETURNED = Source(
     "000", "§8 最小 PyTorch 实现", "返回的权重已经经过 dropout；启用训练态 dropout 后，单次计算的行和不保证为 1。"
 )
 INVERTED = Source("000", "§8 最小 PyTorch 实现", "weights = F.dropout(weights, p=dropout_p, training=training)")
-NO_DROPOUT = Source(
-    "000", "§12 误区二：softmax 对错维度", "有有效 Key 且未启用 dropout 时，每个 Query 的权重和为 1"
-)
+NO_DROPOUT = Source("000", "§12 误区二：softmax 对错维度", "有有效 Key 且未启用 dropout 时，每个 Query 的权重和为 1")
 
 ALPHA = 1e-6  # false-positive rate of every statistical check in this module
 
@@ -148,17 +146,27 @@ def test_dropout_edges(impl, dtype):
     first = compare.assert_output_matches(impl, none)
     other = impl.forward(none.replace(seed=63))
     if impl.declaration.deterministic:
-        check(np.array_equal(first, other), "with dropout_p = 0 the seed must not matter, but two seeds gave different "
-              "outputs (declared deterministic: bitwise equality expected)", none)
+        check(
+            np.array_equal(first, other),
+            "with dropout_p = 0 the seed must not matter, but two seeds gave different "
+            "outputs (declared deterministic: bitwise equality expected)",
+            none,
+        )
     w = observe_weights(impl, none)
     check(bool(np.all(w > 0)), f"dropout_p = 0 dropped {int(np.count_nonzero(w == 0))} weights", none)
     full = _dropout_case(dtype, 64, 1.0, T=4, S=8)
     impl.require(full)
     out = np.asarray(impl.forward(full), dtype=np.float64)
-    check(bool(np.all(out == 0)), f"dropout_p = 1 must give an all-zero output; got {int(np.isnan(out).sum())} NaN, "
-          f"max |out| {np.nanmax(np.abs(out)) if np.isfinite(out).any() else float('nan'):.3g}", full)
+    check(
+        bool(np.all(out == 0)),
+        f"dropout_p = 1 must give an all-zero output; got {int(np.isnan(out).sum())} NaN, "
+        f"max |out| {np.nanmax(np.abs(out)) if np.isfinite(out).any() else float('nan'):.3g}",
+        full,
+    )
     wf = observe_weights(impl, full)
-    check(bool(np.all(wf == 0)), f"dropout_p = 1 must drop every weight; {int(np.count_nonzero(wf != 0))} are not 0", full)
+    check(
+        bool(np.all(wf == 0)), f"dropout_p = 1 must drop every weight; {int(np.count_nonzero(wf != 0))} are not 0", full
+    )
 
 
 @clause(
@@ -176,12 +184,24 @@ def test_dropout_seed(impl, dtype):
     a = observe_weights(impl, case)
     b = observe_weights(impl, case)
     if impl.declaration.deterministic:
-        check(np.array_equal(a, b), f"the same seed gave different weights in {int((a != b).sum())} places "
-              "(declared deterministic: bitwise equality expected)", case)
+        check(
+            np.array_equal(a, b),
+            f"the same seed gave different weights in {int((a != b).sum())} places "
+            "(declared deterministic: bitwise equality expected)",
+            case,
+        )
     else:
-        check(np.array_equal(a == 0, b == 0), f"the same seed dropped different weights in {int(((a == 0) != (b == 0)).sum())} places", case)
+        check(
+            np.array_equal(a == 0, b == 0),
+            f"the same seed dropped different weights in {int(((a == 0) != (b == 0)).sum())} places",
+            case,
+        )
     c = observe_weights(impl, case.replace(seed=66))
-    check(not np.array_equal(a == 0, c == 0), "seeds 65 and 66 dropped exactly the same weights: the seed is ignored", case)
+    check(
+        not np.array_equal(a == 0, c == 0),
+        "seeds 65 and 66 dropped exactly the same weights: the seed is ignored",
+        case,
+    )
 
 
 @clause(

@@ -28,10 +28,10 @@ from conformance.harness.impl import Impl
 from conformance.harness.probes import observe_weights
 from conformance.harness.report import check, fail
 
-ORDER = Source("000", "§7.3 Mask 应加在 softmax 之前",
-               "QK^T / sqrt(dk) → 加 Mask → softmax → dropout → 乘 V")
-RETURNED = Source("000", "§8 最小 PyTorch 实现",
-                  "返回的权重已经经过 dropout；启用训练态 dropout 后，单次计算的行和不保证为 1。")
+ORDER = Source("000", "§7.3 Mask 应加在 softmax 之前", "QK^T / sqrt(dk) → 加 Mask → softmax → dropout → 乘 V")
+RETURNED = Source(
+    "000", "§8 最小 PyTorch 实现", "返回的权重已经经过 dropout；启用训练态 dropout 后，单次计算的行和不保证为 1。"
+)
 
 ALPHA = 1e-6  # total false-positive rate of each clause in this module
 
@@ -44,8 +44,9 @@ def _needs_dropout(impl: Impl) -> None:
 def binomial_log_sf_table(n: int) -> tuple[np.ndarray, np.ndarray]:
     """(log P(X <= k), log P(X >= k)) for k = 0..n, X ~ Binomial(n, 1/2), exact up to lgamma's
     ~1e-15 relative error (far below the 1e-11 levels decided at)."""
-    logpmf = np.array([math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) - n * math.log(2.0)
-                       for k in range(n + 1)])
+    logpmf = np.array(
+        [math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) - n * math.log(2.0) for k in range(n + 1)]
+    )
     top = logpmf.max()
     pmf = np.exp(logpmf - top)
     lower = np.log(np.cumsum(pmf)) + top
@@ -100,16 +101,31 @@ N_TESTS = len(_slice_pairs()) * N_SLICE + IND_B * IND_H  # 16 pairs x 1024 lags 
     "keep mask, whole or shifted by an RNG offset, and query rows do not repeat one another",
     RETURNED,
     requires=["dropout"],
-    kills=["dropout_mask_shared_across_heads", "dropout_mask_shared_across_batch", "dropout_mask_shared_across_rows",
-           "dropout_rng_offset_overlap"],
+    kills=[
+        "dropout_mask_shared_across_heads",
+        "dropout_mask_shared_across_batch",
+        "dropout_mask_shared_across_rows",
+        "dropout_rng_offset_overlap",
+    ],
     fpr=f"1e-6 total: p = 1/2 makes each agreement count an exact Binomial(n, 1/2) under independence; {N_TESTS} "
     "two-sided exact tests (16 slice pairs x 1024 cyclic lags, n = 1024; 8 row chains, n = 992), each at 1e-6 / "
     f"{N_TESTS} (Bonferroni)",
 )
 def test_dropout_masks_independent(impl, dtype):
     _needs_dropout(impl)
-    case = random_case(400, B=IND_B, Hq=IND_H, T=IND_T, S=IND_S, Dk=8, Dv=8, dtype=dtype, magnitude=0.5,
-                       dropout_p=0.5, label="dropout structure, p = 1/2")
+    case = random_case(
+        400,
+        B=IND_B,
+        Hq=IND_H,
+        T=IND_T,
+        S=IND_S,
+        Dk=8,
+        Dv=8,
+        dtype=dtype,
+        magnitude=0.5,
+        dropout_p=0.5,
+        label="dropout structure, p = 1/2",
+    )
     impl.require(case)
     undropped = compare.expected(case.replace(dropout_p=0.0), impl.declaration).weights
     check(bool(np.all(undropped > 1e-3)), "every undropped weight must be far from 0 (a defect of the clause)", case)
@@ -124,20 +140,26 @@ def test_dropout_masks_independent(impl, dtype):
             k = keep[b, h]
             agree = int(np.sum(k[1:] == k[:-1]))
             if agree <= lo_r or agree >= hi_r:
-                fail(f"dropout masks are not independent across query rows in (b={b}, h={h}): consecutive rows agree "
-                     f"on {agree} of {n_rows} keep decisions (Binomial({n_rows}, 1/2) under independence; reject "
-                     f"outside ({lo_r}, {hi_r}))", case)
+                fail(
+                    f"dropout masks are not independent across query rows in (b={b}, h={h}): consecutive rows agree "
+                    f"on {agree} of {n_rows} keep decisions (Binomial({n_rows}, 1/2) under independence; reject "
+                    f"outside ({lo_r}, {hi_r}))",
+                    case,
+                )
     lo, hi = agreement_bounds(N_SLICE, level)
     for (b, h), (b2, h2), across in _slice_pairs():
         agree = lagged_agreements(keep[b, h].ravel(), keep[b2, h2].ravel())
         bad = np.nonzero((agree <= lo) | (agree >= hi))[0]
         if bad.size:
             d = int(bad[np.argmax(np.abs(agree[bad] - N_SLICE / 2))])
-            fail(f"dropout masks are not independent across {across}: slices (b={b}, h={h}) and (b={b2}, h={h2}) "
-                 f"agree on {agree[d]} of {N_SLICE} keep decisions at lag {d} of their row-major flattening "
-                 f"(independent masks at p = 1/2: Binomial({N_SLICE}, 1/2), mean {N_SLICE // 2}; reject outside "
-                 f"({lo}, {hi}) at {level:.2g} per test, {ALPHA:g} in total)"
-                 + (": the same mask" if d == 0 and agree[d] == N_SLICE else ""), case)
+            fail(
+                f"dropout masks are not independent across {across}: slices (b={b}, h={h}) and (b={b2}, h={h2}) "
+                f"agree on {agree[d]} of {N_SLICE} keep decisions at lag {d} of their row-major flattening "
+                f"(independent masks at p = 1/2: Binomial({N_SLICE}, 1/2), mean {N_SLICE // 2}; reject outside "
+                f"({lo}, {hi}) at {level:.2g} per test, {ALPHA:g} in total)"
+                + (": the same mask" if d == 0 and agree[d] == N_SLICE else ""),
+                case,
+            )
 
 
 def _kept_values(impl: Impl, case: Case, w: np.ndarray, context: str) -> None:
@@ -154,9 +176,12 @@ def _kept_values(impl: Impl, case: Case, w: np.ndarray, context: str) -> None:
     bad = kept & (np.abs(w - want.weights / (1.0 - p)) > allowed)
     if bad.any():
         idx = tuple(int(i) for i in np.argwhere(bad)[0])
-        fail(f"{int(bad.sum())} kept weights under dropout with {context} are not undropped / (1 - p): first at "
-             f"{list(idx)} got {w[idx]:.6g}, expected {want.weights[idx] / (1 - p):.6g} (allowed |err| "
-             f"{allowed[idx]:.3g})", case)
+        fail(
+            f"{int(bad.sum())} kept weights under dropout with {context} are not undropped / (1 - p): first at "
+            f"{list(idx)} got {w[idx]:.6g}, expected {want.weights[idx] / (1 - p):.6g} (allowed |err| "
+            f"{allowed[idx]:.3g})",
+            case,
+        )
 
 
 def _empty_rows(impl: Impl, case: Case, out: np.ndarray, context: str) -> None:
@@ -167,14 +192,25 @@ def _empty_rows(impl: Impl, case: Case, out: np.ndarray, context: str) -> None:
     empty, policy = want.all_blocked, decl.all_blocked_policy(case)
     if policy == "zeros":
         rows = out[empty]
-        check(bool(np.all(rows == 0)), f"all-blocked rows under dropout with {context} must be exactly 0 (declared "
-              f"zeros); got {int(np.isnan(rows).sum())} NaN of {rows.size}", case)
+        check(
+            bool(np.all(rows == 0)),
+            f"all-blocked rows under dropout with {context} must be exactly 0 (declared "
+            f"zeros); got {int(np.isnan(rows).sum())} NaN of {rows.size}",
+            case,
+        )
     elif policy == "nan":
-        check(bool(np.all(np.isnan(out[empty]))), f"all-blocked rows under dropout with {context} must be NaN "
-              "(declared nan)", case)
+        check(
+            bool(np.all(np.isnan(out[empty]))),
+            f"all-blocked rows under dropout with {context} must be NaN (declared nan)",
+            case,
+        )
     live = out[~empty]
-    check(bool(np.all(np.isfinite(live))), f"rows with a visible key under dropout with {context} must be finite; "
-          f"{int((~np.isfinite(live)).sum())} elements are not", case)
+    check(
+        bool(np.all(np.isfinite(live))),
+        f"rows with a visible key under dropout with {context} must be finite; "
+        f"{int((~np.isfinite(live)).sum())} elements are not",
+        case,
+    )
 
 
 def _masked_dropout_case(impl: Impl, dtype: str, seed: int, p: float) -> Case:
@@ -194,10 +230,29 @@ def _masked_dropout_case(impl: Impl, dtype: str, seed: int, p: float) -> Case:
         bias = np.where(rng.random((B, H, T, T)) < 0.25, -np.inf, 0.5 * rng.standard_normal((B, H, T, T)))
         bias[..., 0] = 0.0
         arrays["bias"] = bias
-    what = " + ".join(k for k, v in (("bool mask", "mask" in arrays), ("additive M", "bias" in arrays),
-                                       ("is_causal", decl.causal)) if v) or "nothing blocked"
-    return random_case(seed, B=B, Hq=H, T=T, S=T, Dk=8, Dv=8, dtype=dtype, magnitude=0.5, dropout_p=p,
-                       is_causal=decl.causal, label=f"dropout_p={p:g} with {what}", **arrays)
+    what = (
+        " + ".join(
+            k
+            for k, v in (("bool mask", "mask" in arrays), ("additive M", "bias" in arrays), ("is_causal", decl.causal))
+            if v
+        )
+        or "nothing blocked"
+    )
+    return random_case(
+        seed,
+        B=B,
+        Hq=H,
+        T=T,
+        S=T,
+        Dk=8,
+        Dv=8,
+        dtype=dtype,
+        magnitude=0.5,
+        dropout_p=p,
+        is_causal=decl.causal,
+        label=f"dropout_p={p:g} with {what}",
+        **arrays,
+    )
 
 
 @clause(
@@ -223,5 +278,9 @@ def test_dropout_with_masks(impl, dtype):
     _empty_rows(impl, full, out, full.label)
     want = compare.expected(full.replace(dropout_p=0.0), decl)
     live = ~want.all_blocked
-    check(bool(np.all(out[live] == 0)), f"dropout_p = 1 must give an all-zero output (every weight dropped); "
-          f"{int(np.count_nonzero(out[live]))} elements are not 0 ({int(np.isnan(out[live]).sum())} NaN)", full)
+    check(
+        bool(np.all(out[live] == 0)),
+        f"dropout_p = 1 must give an all-zero output (every weight dropped); "
+        f"{int(np.count_nonzero(out[live]))} elements are not 0 ({int(np.isnan(out[live]).sum())} NaN)",
+        full,
+    )

@@ -51,8 +51,9 @@ def _check_fixture(impl, fx: fixtures.GoldenFixture) -> list[str]:
         found.append(str(exc))
     w = observe_weights(impl, case)
     allowed = compare.weights_allowance(case, decl)
-    msg = mismatch_report("weights (observed)", w, fx.expected["weights"], allowed,
-                          tolerance.describe(dtype, "observed weights"))
+    msg = mismatch_report(
+        "weights (observed)", w, fx.expected["weights"], allowed, tolerance.describe(dtype, "observed weights")
+    )
     if msg:
         found.append(msg)
     nan_rows = decl.all_blocked_policy(case) == "nan" and bool(np.isnan(fx.expected["out"]).any())
@@ -61,7 +62,9 @@ def _check_fixture(impl, fx: fixtures.GoldenFixture) -> list[str]:
         allowances = compare.grad_allowance(case, fx.grad_out, decl)
         for name, got, allowed in zip(("dq", "dk", "dv"), grads, allowances):
             exp = fx.expected[name]
-            msg = mismatch_report(name, np.asarray(got, dtype=np.float64), exp, allowed, tolerance.describe(dtype, name))
+            msg = mismatch_report(
+                name, np.asarray(got, dtype=np.float64), exp, allowed, tolerance.describe(dtype, name)
+            )
             if msg:
                 found.append(msg)
     return found
@@ -72,8 +75,14 @@ def _check_fixture(impl, fx: fixtures.GoldenFixture) -> list[str]:
     "on the hash-checked golden set, output, observed weights and (if declared) dQ/dK/dV match the stored float64 answers",
     CHECK_FIXED,
     kills=[
-        "output_drift_1e-3@float32", "gqa_grad_first_head_only", "causal_off_by_one", "mask_sense_inverted",
-        "gqa_wrong_mapping", "ignore_custom_scale", "nan_on_all_blocked", "mean_v_on_all_blocked",
+        "output_drift_1e-3@float32",
+        "gqa_grad_first_head_only",
+        "causal_off_by_one",
+        "mask_sense_inverted",
+        "gqa_wrong_mapping",
+        "ignore_custom_scale",
+        "nan_on_all_blocked",
+        "mean_v_on_all_blocked",
         "causal_bottom_right_undeclared",
     ],
     tolerance="the error model (harness.tolerance) of each fixture's case, against the stored expectation",
@@ -82,11 +91,16 @@ def test_golden(impl, dtype):
     try:
         golden = fixtures.load_set(golden_dir())
     except fixtures.FixtureError as exc:
-        fail("the golden set is not the one its manifest describes, so it cannot vouch for anything:\n  "
-             + "\n  ".join(exc.problems))
+        fail(
+            "the golden set is not the one its manifest describes, so it cannot vouch for anything:\n  "
+            + "\n  ".join(exc.problems)
+        )
     decl = impl.declaration
-    chosen = [fx for fx in golden
-              if fx.case.dtype == dtype and fx.valid_for(decl.all_blocked_policy(fx.case), decl.causal_alignment)]
+    chosen = [
+        fx
+        for fx in golden
+        if fx.case.dtype == dtype and fx.valid_for(decl.all_blocked_policy(fx.case), decl.causal_alignment)
+    ]
     failures: list[tuple[str, str]] = []
     checked, refused, undeclared = 0, [], []
     for fx in chosen:
@@ -111,15 +125,18 @@ def test_golden(impl, dtype):
         raise UndeclaredRefusal(
             f"{len(names)} of {len(chosen)} golden fixtures in {dtype} were refused although the declaration covers "
             f"them (checked {checked}): {', '.join(names)}\n[{names[0]}] {undeclared[0][1]}"
-            + (f"\nand {len(failures)} disagreement(s) on the fixtures checked" if failures else ""))
+            + (f"\nand {len(failures)} disagreement(s) on the fixtures checked" if failures else "")
+        )
     if not checked:
         impl.not_applicable(
             f"no golden fixture in {dtype} applies (all_blocked={decl.all_blocked}, "
-            f"causal_alignment={decl.causal_alignment}); refused: {', '.join(refused) or 'none'}")
+            f"causal_alignment={decl.causal_alignment}); refused: {', '.join(refused) or 'none'}"
+        )
     if failures:
         names = sorted({n for n, _ in failures})
         detail = "\n".join(f"[{n}] {m}" for n, m in failures[:6])
         more = f"\n... and {len(failures) - 6} more" if len(failures) > 6 else ""
         raise ClauseViolation(
             f"{len(names)} of {checked} golden fixtures checked in {dtype} disagree with their stored answers "
-            f"({golden_dir()}): {', '.join(names)}\n{detail}{more}")
+            f"({golden_dir()}): {', '.join(names)}\n{detail}{more}"
+        )

@@ -23,7 +23,9 @@ from conformance.harness.clause import Source, clause
 from conformance.harness.rejection import BadInput, check_rejections
 from conformance.oracle import expand_kv
 
-GQA = Source("003", "主动回忆", "若 Q=[B,32,1,128]、K=[B,8,T,128]，为什么不能直接按普通 MHA 公式相乘？这提示了什么结构？")
+GQA = Source(
+    "003", "主动回忆", "若 Q=[B,32,1,128]、K=[B,8,T,128]，为什么不能直接按普通 MHA 公式相乘？这提示了什么结构？"
+)
 
 # (Hq, Hkv): groups of 3 and 2, and MQA (one kv head for all query heads).
 RATIOS = ((6, 2), (8, 4), (4, 1))
@@ -59,8 +61,11 @@ def test_gqa_head_mapping(impl, dtype):
 def test_gqa_equals_repeated_kv(impl, dtype):
     for case in _gqa_cases(dtype, RATIOS[::2]):
         impl.require(case)
-        repeated = case.replace(key=expand_kv(case.key, case.Hq), value=expand_kv(case.value, case.Hq),
-                                label=case.label + " -> K, V repeated to Hq heads")
+        repeated = case.replace(
+            key=expand_kv(case.key, case.Hq),
+            value=expand_kv(case.value, case.Hq),
+            label=case.label + " -> K, V repeated to Hq heads",
+        )
         compare.assert_equivalent(impl, case, repeated, "GQA output vs the kernel on repeated K, V")
 
 
@@ -72,7 +77,9 @@ def test_gqa_equals_repeated_kv(impl, dtype):
     kills=["gqa_wrong_mapping", "gqa_first_kv_head_only"],
 )
 def test_gqa_decode_shape(impl, dtype):
-    case = random_case(610, B=2, Hq=32, Hkv=8, T=1, S=37, Dk=128, dtype=dtype, label="003's Q=[B,32,1,128] K=[B,8,T,128]")
+    case = random_case(
+        610, B=2, Hq=32, Hkv=8, T=1, S=37, Dk=128, dtype=dtype, label="003's Q=[B,32,1,128] K=[B,8,T,128]"
+    )
     impl.require(case)
     compare.assert_output_matches(impl, case)
 
@@ -83,8 +90,12 @@ def test_gqa_decode_shape(impl, dtype):
     "answered; the nearest valid ratio (8 query heads, 4 kv heads) is answered as the oracle does",
     GQA,
     requires=["gqa"],
-    kills=["gqa_ratio_unchecked", "rejects_everything", "refuses_bad_input_as_not_applicable",
-           "bad_input_crashes_keyerror"],
+    kills=[
+        "gqa_ratio_unchecked",
+        "rejects_everything",
+        "refuses_bad_input_as_not_applicable",
+        "bad_input_crashes_keyerror",
+    ],
 )
 def test_gqa_bad_ratio_rejected(impl):
     decl = impl.declaration
@@ -93,8 +104,9 @@ def test_gqa_bad_ratio_rejected(impl):
         impl.not_applicable("declares no dtype")
     case = random_case(620, B=1, Hq=6, Hkv=4, T=3, S=5, Dk=8, dtype=dtype, label="Hq=6 Hkv=4 (no integer group)")
     q = case.query
-    eight = case.replace(query=np.ascontiguousarray(np.concatenate([q, q[:, :2]], axis=1)),
-                         label="valid neighbour Hq=8 Hkv=4")
+    eight = case.replace(
+        query=np.ascontiguousarray(np.concatenate([q, q[:, :2]], axis=1)), label="valid neighbour Hq=8 Hkv=4"
+    )
     four = case.replace(query=np.ascontiguousarray(q[:, :4]), label="valid neighbour Hq=4 Hkv=4")
     bad = BadInput("Hq=6, Hkv=4: no head mapping h // (Hq/Hkv) exists, so any answer invents one", case, [eight, four])
     check_rejections(impl, [bad], "declared gqa=True: a head ratio that is not an integer has no answer")

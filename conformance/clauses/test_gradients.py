@@ -31,8 +31,10 @@ NAN_BACKWARD = Source(
     "§8 为什么在点积之前提高精度",
     "只在 softmax 后把 NaN 替换为 0 也不够稳妥：反向传播仍可能经过产生 NaN 的节点。",
 )
-GRAD_RULE = ("per element, max(first-order bound of a FlashAttention-style backward, 2 x spread of the "
-             "same-precision backward ensemble) (harness.tolerance.grad_bound)")
+GRAD_RULE = (
+    "per element, max(first-order bound of a FlashAttention-style backward, 2 x spread of the "
+    "same-precision backward ensemble) (harness.tolerance.grad_bound)"
+)
 
 
 def _needs_grad(impl: Impl) -> None:
@@ -58,8 +60,18 @@ def vjp_cases(dtype: str, seed: int = 70) -> list[Case]:
     return [
         random_case(seed, B=B, Hq=H, T=T, S=S, Dk=8, Dv=6, dtype=dtype, label="plain"),
         random_case(seed, B=B, Hq=H, T=T, S=S, Dk=8, Dv=8, dtype=dtype, label="plain Dk=Dv"),
-        random_case(seed + 1, B=B, Hq=H, T=T, S=S, Dk=8, Dv=8, dtype=dtype,
-                    mask=random_mask(seed + 1, (B, 1, T, S), p_blocked=0.4), label="mask"),
+        random_case(
+            seed + 1,
+            B=B,
+            Hq=H,
+            T=T,
+            S=S,
+            Dk=8,
+            Dv=8,
+            dtype=dtype,
+            mask=random_mask(seed + 1, (B, 1, T, S), p_blocked=0.4),
+            label="mask",
+        ),
         random_case(seed + 2, B=B, Hq=H, T=S, S=S, Dk=8, Dv=8, dtype=dtype, is_causal=True, label="causal"),
         random_case(seed + 3, B=B, Hq=H, T=T, S=S, Dk=8, Dv=8, dtype=dtype, scale=0.3, label="scale"),
     ]
@@ -70,8 +82,12 @@ def vjp_cases(dtype: str, seed: int = 70) -> list[Case]:
     "dQ, dK and dV match the oracle's VJP (plain, masked, causal, custom scale), in every supported dtype",
     CHECK_GRADS,
     requires=["grad"],
-    kills=["grad_no_softmax_row_term", "grad_dq_missing_scale",
-           "grad_no_softmax_row_term@bfloat16", "grad_dq_missing_scale@float16"],
+    kills=[
+        "grad_no_softmax_row_term",
+        "grad_dq_missing_scale",
+        "grad_no_softmax_row_term@bfloat16",
+        "grad_dq_missing_scale@float16",
+    ],
     tolerance=GRAD_RULE,
 )
 def test_vjp_matches_oracle(impl, dtype):
@@ -86,10 +102,22 @@ def test_vjp_matches_oracle(impl, dtype):
 def gqa_cases(dtype: str, seed: int = 75) -> list[Case]:
     B, Hq, Hkv, T, S = 2, 6, 2, 3, 6
     return [
-        random_case(seed, B=B, Hq=Hq, Hkv=Hkv, T=T, S=S, Dk=8, Dv=8, dtype=dtype,
-                    mask=random_mask(seed, (B, Hq, T, S), p_blocked=0.3), label="gqa mask"),
-        random_case(seed + 1, B=B, Hq=Hq, Hkv=Hkv, T=T, S=S, Dk=8, Dv=8, dtype=dtype, is_causal=True,
-                    label="gqa causal"),
+        random_case(
+            seed,
+            B=B,
+            Hq=Hq,
+            Hkv=Hkv,
+            T=T,
+            S=S,
+            Dk=8,
+            Dv=8,
+            dtype=dtype,
+            mask=random_mask(seed, (B, Hq, T, S), p_blocked=0.3),
+            label="gqa mask",
+        ),
+        random_case(
+            seed + 1, B=B, Hq=Hq, Hkv=Hkv, T=T, S=S, Dk=8, Dv=8, dtype=dtype, is_causal=True, label="gqa causal"
+        ),
     ]
 
 
@@ -117,8 +145,20 @@ def blocked_causal_case(dtype: str, gqa: bool, seed: int = 78) -> Case:
     padding = np.zeros((B, 1, 1, S), dtype=bool)
     padding[0, ..., :1] = True
     padding[1, ..., :2] = True
-    return random_case(seed, B=B, Hq=Hq, Hkv=Hkv, T=T, S=S, Dk=8, Dv=8, dtype=dtype, mask=padding,
-                       is_causal=True, label="left padding + causal")
+    return random_case(
+        seed,
+        B=B,
+        Hq=Hq,
+        Hkv=Hkv,
+        T=T,
+        S=S,
+        Dk=8,
+        Dv=8,
+        dtype=dtype,
+        mask=padding,
+        is_causal=True,
+        label="left padding + causal",
+    )
 
 
 @clause(
@@ -140,6 +180,9 @@ def test_all_blocked_causal_backward(impl, dtype):
     empty = compare.expected(case, decl).all_blocked
     check(bool(empty.any()), "the case was built to contain all-blocked rows", case)
     rows = np.asarray(dq, dtype=np.float64)[empty]
-    check(bool(np.all(rows == 0)),
-          f"dQ of all-blocked query rows must be exactly 0 (the output there does not depend on Q); "
-          f"max |dQ| there {np.max(np.abs(rows)):.3g}", case)
+    check(
+        bool(np.all(rows == 0)),
+        f"dQ of all-blocked query rows must be exactly 0 (the output there does not depend on Q); "
+        f"max |dQ| there {np.max(np.abs(rows)):.3g}",
+        case,
+    )

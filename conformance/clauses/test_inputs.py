@@ -27,9 +27,18 @@ COPIES = Source("000", "§8 最小 PyTorch 实现", "q = query.to(work_dtype)")
 def test_inputs_untouched(impl, dtype):
     decl = impl.declaration
     B, H, T, S = 2, 2, 4, 6
-    case = random_case(90, B=B, Hq=H, T=T, S=S, Dk=8, Dv=8, dtype=dtype,
-                       mask=random_mask(90, (B, 1, T, S)) if decl.bool_mask else None,
-                       bias=rng_for(91).standard_normal((T, S)) if decl.float_mask else None)
+    case = random_case(
+        90,
+        B=B,
+        Hq=H,
+        T=T,
+        S=S,
+        Dk=8,
+        Dv=8,
+        dtype=dtype,
+        mask=random_mask(90, (B, 1, T, S)) if decl.bool_mask else None,
+        bias=rng_for(91).standard_normal((T, S)) if decl.float_mask else None,
+    )
     impl.require(case)
     arrays = {"query": case.query, "key": case.key, "value": case.value, "mask": case.mask, "bias": case.bias}
     before = {n: np.array(a, copy=True) for n, a in arrays.items() if a is not None}
@@ -46,13 +55,27 @@ def test_inputs_untouched(impl, dtype):
     # The guard compares each call's own inputs before and after that call. A kernel can also write
     # an earlier caller's arrays later (a buffer it kept as scratch or cache): one more call, on other
     # arrays of the same shapes, must leave the first call's inputs as they were.
-    later = random_case(94, B=B, Hq=H, T=T, S=S, Dk=8, Dv=8, dtype=dtype, mask=case.mask, bias=case.bias,
-                        label="a later call on other arrays")
+    later = random_case(
+        94,
+        B=B,
+        Hq=H,
+        T=T,
+        S=S,
+        Dk=8,
+        Dv=8,
+        dtype=dtype,
+        mask=case.mask,
+        bias=case.bias,
+        label="a later call on other arrays",
+    )
     impl.forward(later)
     for name, snap in before.items():
         if not np.array_equal(snap, np.asarray(arrays[name]), equal_nan=True):
-            fail(f"a later call (on other arrays) modified the earlier call's input {name!r}: the kernel kept the "
-                 "caller's array and wrote into it after returning", case)
+            fail(
+                f"a later call (on other arrays) modified the earlier call's input {name!r}: the kernel kept the "
+                "caller's array and wrote into it after returning",
+                case,
+            )
 
 
 def _strided(x: np.ndarray, how: str) -> np.ndarray:
@@ -85,9 +108,18 @@ def test_layout_independent(impl, dtype):
     decl = impl.declaration
     allowed = 2 * compare.output_allowance(case, decl)
     for how in ("BTHD", "every-other", "reversed"):
-        view = case.replace(query=_strided(case.query, how), key=_strided(case.key, how),
-                            value=_strided(case.value, how), label=f"{how} views")
-        msg = mismatch_report(f"output for {how} views vs contiguous copies", impl.forward(view), want, allowed,
-                              "2 * the error model's allowance (harness.tolerance)")
+        view = case.replace(
+            query=_strided(case.query, how),
+            key=_strided(case.key, how),
+            value=_strided(case.value, how),
+            label=f"{how} views",
+        )
+        msg = mismatch_report(
+            f"output for {how} views vs contiguous copies",
+            impl.forward(view),
+            want,
+            allowed,
+            "2 * the error model's allowance (harness.tolerance)",
+        )
         if msg:
             raise ClauseViolation(msg, view)

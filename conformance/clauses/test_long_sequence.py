@@ -113,9 +113,19 @@ def test_long_prefix_with_padding(impl, dtype):
     """
     S, T = 4096 + 33, 48
     mask = causal_mask(T, S, "bottom-right")[None, None].copy()
-    mask[..., S - 40:S - 30] = True  # padding inside the tail tile, where the diagonal passes
+    mask[..., S - 40 : S - 30] = True  # padding inside the tail tile, where the diagonal passes
     mask[..., 1000:1010] = True
-    case = random_case(61, B=1, Hq=2, T=T, S=S, Dk=64, Dv=64, dtype=dtype, mask=mask,
-                       label="last queries of a long causal prefill, with padding")
+    case = random_case(
+        61,
+        B=1,
+        Hq=2,
+        T=T,
+        S=S,
+        Dk=64,
+        Dv=64,
+        dtype=dtype,
+        mask=mask,
+        label="last queries of a long causal prefill, with padding",
+    )
     impl.require(case)
     _check(impl, case)

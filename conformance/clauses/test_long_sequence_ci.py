@@ -53,8 +53,13 @@ def long_case(dtype: str, S: int, *, gqa: bool, seed: int = 420) -> Case:
     v = rng.standard_normal((B, Hkv, S, D))
     for t, j in enumerate(needles):
         k[:, :, j] = 3.0 * u[t]
-    return Case(cast(q, dtype), cast(k, dtype), cast(v, dtype), seed=seed,
-                label=f"S={S}, query t reads needle key {list(needles)}[t]" + (", GQA Hkv=1" if gqa else ""))
+    return Case(
+        cast(q, dtype),
+        cast(k, dtype),
+        cast(v, dtype),
+        seed=seed,
+        label=f"S={S}, query t reads needle key {list(needles)}[t]" + (", GQA Hkv=1" if gqa else ""),
+    )
 
 
 @clause(
@@ -72,8 +77,9 @@ def test_long_keys_ci(impl, dtype):
         case = long_case(dtype, S, gqa=decl.gqa)
         impl.require(case)
         out = impl.forward(case)
-        want = oracle.forward_blocked(case, all_blocked=decl.all_blocked_policy(case),
-                                      causal_alignment=decl.causal_alignment)
+        want = oracle.forward_blocked(
+            case, all_blocked=decl.all_blocked_policy(case), causal_alignment=decl.causal_alignment
+        )
         try:
             compare.assert_close("output", out, want.out, case, decl)
         except ClauseViolation as exc:

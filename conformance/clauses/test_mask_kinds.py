@@ -56,8 +56,17 @@ def test_key_padding_mask(impl, dtype):
     key_padding_mask = np.zeros((B, S), dtype=bool)
     for b, length in enumerate((6, 2, 5)):
         key_padding_mask[b, length:] = True
-    case = random_case(140, B=B, Hq=H, T=T, S=S, Dk=8, dtype=dtype, mask=key_padding_mask[:, None, None, :],
-                       label="key padding [B,1,1,S]")
+    case = random_case(
+        140,
+        B=B,
+        Hq=H,
+        T=T,
+        S=S,
+        Dk=8,
+        dtype=dtype,
+        mask=key_padding_mask[:, None, None, :],
+        label="key padding [B,1,1,S]",
+    )
     impl.require(case)
     compare.assert_weights_match(impl, case)
     compare.assert_output_matches(impl, case)
@@ -157,8 +166,9 @@ def test_padding_or_causal(impl, dtype):
     padding[0, 4:] = True
     padding[1, 2:] = True  # key 0 stays visible, so no row is fully blocked
     expanded = padding[:, None, None, :]
-    both = random_case(190, B=B, Hq=H, T=T, S=T, Dk=8, dtype=dtype, mask=expanded, is_causal=True,
-                       label="is_causal + padding")
+    both = random_case(
+        190, B=B, Hq=H, T=T, S=T, Dk=8, dtype=dtype, mask=expanded, is_causal=True, label="is_causal + padding"
+    )
     explicit = both.replace(mask=expanded | causal_blocked(T, T), is_causal=False, label="triu(1) | padding")
     impl.require(both)
     impl.require(explicit)
@@ -193,7 +203,9 @@ def dominant_blocked_case(dtype: str, seed: int, *, as_bias: bool = False) -> Ca
             blocked[b, h, 0, rng.integers(S)] = False
     k = np.where(blocked[..., 0, :, None], c * u, -c * u)
     v = rng.standard_normal((B, H, S, D))
-    case = Case(cast(q, dtype), cast(k, dtype), cast(v, dtype), seed=seed, label="blocked keys dominate (|score| ~ 2e9)")
+    case = Case(
+        cast(q, dtype), cast(k, dtype), cast(v, dtype), seed=seed, label="blocked keys dominate (|score| ~ 2e9)"
+    )
     if as_bias:
         return case.replace(bias=np.where(blocked, -np.inf, 0.0), label=case.label + ", additive M")
     return case.replace(mask=blocked)
@@ -235,7 +247,9 @@ def test_blocked_kv_inert(impl, dtype):
     blocked_kv = np.broadcast_to(padding[:, None, :, None], clean.key.shape)
     # Scaled scores of the garbage keys reach ~1e4..1e5: above float16's 65504 only after the
     # product, which the spec forms in float32 (§8); the garbage values stay finite in every dtype.
-    k_bad = np.where(blocked_kv, 3e4 * np.clip(rng.standard_normal(clean.key.shape), -2, 2), clean.key.astype(np.float64))
+    k_bad = np.where(
+        blocked_kv, 3e4 * np.clip(rng.standard_normal(clean.key.shape), -2, 2), clean.key.astype(np.float64)
+    )
     v_bad = np.where(blocked_kv, 6e4 * np.tanh(rng.standard_normal(clean.value.shape)), clean.value.astype(np.float64))
     garbage = clean.replace(key=cast(k_bad, dtype), value=cast(v_bad, dtype), label="garbage K, V at padded keys")
     impl.require(clean)
@@ -256,7 +270,9 @@ def test_float_mask_is_added(impl, dtype):
     for i, shape in enumerate(((B, H, T, S), (T, S))):
         bias = 2.0 * rng.standard_normal(shape)
         bias[..., 0] = 0.0  # zeros must stay visible, nonzeros must not become blocked
-        case = random_case(220 + i, B=B, Hq=H, T=T, S=S, Dk=8, dtype=dtype, bias=bias, label=f"finite bias {list(shape)}")
+        case = random_case(
+            220 + i, B=B, Hq=H, T=T, S=S, Dk=8, dtype=dtype, bias=bias, label=f"finite bias {list(shape)}"
+        )
         impl.require(case)
         compare.assert_output_matches(impl, case)
 

@@ -78,8 +78,11 @@ def test_all_blocked_rows(impl, dtype):
     policy = decl.all_blocked_policy(case)
     if policy == "zeros" and not np.all(rows == 0):
         finite = np.abs(rows[np.isfinite(rows)])
-        fail(f"all-blocked rows must be exactly 0 (declared all_blocked=zeros); got {int(np.isnan(rows).sum())} NaN, "
-             f"max finite |value| {finite.max() if finite.size else 0:.3g}", case)
+        fail(
+            f"all-blocked rows must be exactly 0 (declared all_blocked=zeros); got {int(np.isnan(rows).sum())} NaN, "
+            f"max finite |value| {finite.max() if finite.size else 0:.3g}",
+            case,
+        )
     elif policy == "nan":
         check(bool(np.all(np.isnan(rows))), "all-blocked rows must be NaN (declared all_blocked=nan)", case)
     live = ~empty
@@ -88,7 +91,11 @@ def test_all_blocked_rows(impl, dtype):
     compare.assert_close("output", out, want.out, case, decl)
     w = observe_weights(impl, case)
     if policy == "zeros":
-        check(bool(np.all(w[empty] == 0)), "all-blocked rows must have weights exactly 0 (declared all_blocked=zeros)", case)
+        check(
+            bool(np.all(w[empty] == 0)),
+            "all-blocked rows must have weights exactly 0 (declared all_blocked=zeros)",
+            case,
+        )
 
 
 @clause(

@@ -27,7 +27,9 @@ MAX_SHIFT = Source(
 )
 ROLES = Source("000", "§1 最小直觉：一次带权检索", "Value：匹配后真正取回的信息。")
 SHAPES = Source("000", "§4 完整 Shape 检查", "weights: [B, H, T, S]")
-RULE = "|out_a - out_b| <= allowed(a) + allowed(b), each the error model's allowance (harness.tolerance) for its own case"
+RULE = (
+    "|out_a - out_b| <= allowed(a) + allowed(b), each the error model's allowance (harness.tolerance) for its own case"
+)
 
 
 def _allowance(impl: Impl, case: Case) -> np.ndarray:
@@ -41,8 +43,9 @@ def _assert_same(what: str, got: np.ndarray, want: np.ndarray, allowed: np.ndarr
         raise ClauseViolation(msg, case)
 
 
-def _draw_case(data, impl: Impl, dtype: str, seed: int, *, mask: bool = True, min_s: int = 1,
-               square: bool = False) -> Case:
+def _draw_case(
+    data, impl: Impl, dtype: str, seed: int, *, mask: bool = True, min_s: int = 1, square: bool = False
+) -> Case:
     decl = impl.declaration
     shp = data.draw(shapes(gqa=decl.gqa, square_dims=square or decl.requires_dk_eq_dv), label="shape")
     S = max(shp.S, min_s)
@@ -75,8 +78,13 @@ def test_key_permutation(impl, dtype, data, seed):
         mask=None if case.mask is None else np.ascontiguousarray(case.mask[..., perm]),
         label=f"keys permuted {perm.tolist()}",
     )
-    _assert_same("output after permuting keys", impl.forward(moved), impl.forward(case),
-                 _allowance(impl, case) + _allowance(impl, moved), moved)
+    _assert_same(
+        "output after permuting keys",
+        impl.forward(moved),
+        impl.forward(case),
+        _allowance(impl, case) + _allowance(impl, moved),
+        moved,
+    )
 
 
 # Shift size per dtype: large enough that exp() of an unshifted score overflows or underflows in the
@@ -107,13 +115,23 @@ def test_row_shift(impl, dtype, data, seed):
     shifted = base.replace(key=cast(k + _GAMMA[dtype] * u, dtype), label=f"keys + {_GAMMA[dtype]:g}*sign pattern")
     assert np.array_equal(np.asarray(shifted.key, np.float64), k + _GAMMA[dtype] * u), "shift must be exact"
     out = impl.forward(base)
-    _assert_same("output with every key shifted by c", impl.forward(shifted), out,
-                 _allowance(impl, base) + _allowance(impl, shifted), shifted)
+    _assert_same(
+        "output with every key shifted by c",
+        impl.forward(shifted),
+        out,
+        _allowance(impl, base) + _allowance(impl, shifted),
+        shifted,
+    )
     if impl.declaration.float_mask:
         rows = rng.choice([-1.0, 1.0], size=(case.B, case.Hq, case.T, 1)) * 4 * _GAMMA[dtype]
         biased = base.replace(bias=rows, label="per-row constant bias")
-        _assert_same("output with a per-row constant bias", impl.forward(biased), out,
-                     _allowance(impl, base) + _allowance(impl, biased), biased)
+        _assert_same(
+            "output with a per-row constant bias",
+            impl.forward(biased),
+            out,
+            _allowance(impl, base) + _allowance(impl, biased),
+            biased,
+        )
 
 
 @clause(
@@ -198,12 +216,22 @@ def test_independence(impl, dtype, seed):
         return a
 
     changes = [
-        ("batch item 0 (q, k, v, mask)", (slice(1, None),),
-         dict(query=spliced("query", (0,)), key=spliced("key", (0,)), value=spliced("value", (0,)),
-              mask=None if mask is None else np.concatenate([~mask[:1], mask[1:]]))),
+        (
+            "batch item 0 (q, k, v, mask)",
+            (slice(1, None),),
+            dict(
+                query=spliced("query", (0,)),
+                key=spliced("key", (0,)),
+                value=spliced("value", (0,)),
+                mask=None if mask is None else np.concatenate([~mask[:1], mask[1:]]),
+            ),
+        ),
         ("query head 0", (slice(None), slice(1, None)), dict(query=spliced("query", (slice(None), 0)))),
-        (f"kv head 0 (read by query heads 0..{g - 1})", (slice(None), slice(g, None)),
-         dict(key=spliced("key", (slice(None), 0)), value=spliced("value", (slice(None), 0)))),
+        (
+            f"kv head 0 (read by query heads 0..{g - 1})",
+            (slice(None), slice(g, None)),
+            dict(key=spliced("key", (slice(None), 0)), value=spliced("value", (slice(None), 0))),
+        ),
     ]
     for what, untouched, change in changes:
         if what.startswith("kv head") and Hkv == 1:
@@ -211,5 +239,6 @@ def test_independence(impl, dtype, seed):
         changed = case.replace(label=f"changed {what}", **change)
         got = impl.forward(changed)
         allowed = _allowance(impl, case) + _allowance(impl, changed)
-        _assert_same(f"outputs {untouched} after changing {what}", got[untouched], out[untouched],
-                     allowed[untouched], changed)
+        _assert_same(
+            f"outputs {untouched} after changing {what}", got[untouched], out[untouched], allowed[untouched], changed
+        )

@@ -49,7 +49,7 @@ def large_logit_case(dtype: str, c: float, seed: int, Dk: int = 64, S: int = 16,
         for j in range(S):
             row = np.full(Dk, c)
             if flips[j]:
-                row[Dk - flips[j]:] = -c
+                row[Dk - flips[j] :] = -c
             row[0] = c + delta * offsets[j]
             k[0, h, j] = row
     v = rng.standard_normal((1, H, S, Dk))

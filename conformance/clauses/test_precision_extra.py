@@ -22,8 +22,14 @@ from conformance.harness.cases import cast, random_case, rng_for
 from conformance.harness.clause import Source, clause
 from conformance.harness.report import fail
 
-MAX_SUB = Source("003", "逐步推导", "减去行最大值不改变 Softmax，因为分子和分母同时乘以 exp(-m_i)；它避免直接计算过大的指数。")
-KEEP_F64 = Source("000", "§8 为什么在点积之前提高精度", "因此，这里将低精度输入转为 float32 后才计算点积和 softmax；float64 输入则保留 float64。")
+MAX_SUB = Source(
+    "003", "逐步推导", "减去行最大值不改变 Softmax，因为分子和分母同时乘以 exp(-m_i)；它避免直接计算过大的指数。"
+)
+KEEP_F64 = Source(
+    "000",
+    "§8 为什么在点积之前提高精度",
+    "因此，这里将低精度输入转为 float32 后才计算点积和 softmax；float64 输入则保留 float64。",
+)
 
 
 def large_logit_case(dtype: str, seed: int) -> Case:

@@ -48,8 +48,10 @@ def _dims(max_head_dim: int | None) -> tuple[int, ...]:
     Source(
         "000",
         "§5 为什么要按维度缩放",
-        ("除以 $\\sqrt{d_k}$ 后，方差重新回到约 1 的量级：",
-         "\\operatorname{Var}\\left(\\frac{q\\cdot k}{\\sqrt{d_k}}\\right)\\approx 1"),
+        (
+            "除以 $\\sqrt{d_k}$ 后，方差重新回到约 1 的量级：",
+            "\\operatorname{Var}\\left(\\frac{q\\cdot k}{\\sqrt{d_k}}\\right)\\approx 1",
+        ),
     ),
     kills=["no_scaling", "scale_by_dk"],
     fpr="1e-6 in total: exact chi-square test per Dk at 1e-6/len(Dk), Bonferroni; n=4096 rows per Dk",

@@ -42,17 +42,27 @@ def test_calls_are_independent(impl, dtype):
         results.append(np.array(out, copy=True))
     a1, b1, a2, b2 = results
     if np.array_equal(a1, b1, equal_nan=True):
-        fail("the second call, on different inputs of the same shape, returned exactly the first call's result "
-             "(a result cached by shape, or a stale output buffer)", b)
+        fail(
+            "the second call, on different inputs of the same shape, returned exactly the first call's result "
+            "(a result cached by shape, or a stale output buffer)",
+            b,
+        )
     for i, (case, out) in enumerate(zip((a, b, a, b), results), start=1):
         try:
             compare.assert_close("output", out, compare.expected(case, decl).out, case, decl)
         except AssertionError as exc:
-            why = "" if i == 1 else "; the same input agreed or will be checked on its own, so state carried between calls is the likely cause"
+            why = (
+                ""
+                if i == 1
+                else "; the same input agreed or will be checked on its own, so state carried between calls is the likely cause"
+            )
             fail(f"call {i} of 4 (order A, B, A, B) disagrees with the oracle{why}:\n{exc}")
     if decl.deterministic:
         for name, first, again, case in (("A", a1, a2, a), ("B", b1, b2, b)):
             if not np.array_equal(first, again, equal_nan=True):
                 diff = np.nanmax(np.abs(np.asarray(first, np.float64) - np.asarray(again, np.float64)))
-                fail(f"case {name} gave a different result the second time (max |diff| {diff:.3g}) although the kernel "
-                     "declares deterministic=True: its output depends on the calls made before it", case)
+                fail(
+                    f"case {name} gave a different result the second time (max |diff| {diff:.3g}) although the kernel "
+                    "declares deterministic=True: its output depends on the calls made before it",
+                    case,
+                )

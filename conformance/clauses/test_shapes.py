@@ -17,7 +17,9 @@ from conformance.harness.clause import Source, clause
 from conformance.harness.impl import Impl
 
 OUT_SHAPE_SOURCE = Source("000", "§4 完整 Shape 检查", ("output:  [B, H, T, Dv]", "输出长度由 Query 的长度 $T$ 决定。"))
-WEIGHTS_SHAPE_SOURCE = Source("000", "§4 完整 Shape 检查", ("weights: [B, H, T, S]", "注意力权重最后两维是 Query 长度 × Key 长度；"))
+WEIGHTS_SHAPE_SOURCE = Source(
+    "000", "§4 完整 Shape 检查", ("weights: [B, H, T, S]", "注意力权重最后两维是 Query 长度 × Key 长度；")
+)
 
 # §9 of the article uses exactly these sizes: T != S and Dk != Dv expose kernels that confuse them.
 ARTICLE_SHAPES = dict(B=2, Hq=4, T=3, S=5, Dk=8, Dv=6)
@@ -53,8 +55,9 @@ def _first_supported(impl: Impl, seed: int, shape: dict, dtype: str, label: str)
     kills=["output_length_s", "decode_gqa_scale_from_dv"],
 )
 def test_output_shape(impl, dtype):
-    for i, (shape, label) in enumerate(((ARTICLE_SHAPES, "§9 sizes"), (SWAPPED_SHAPES, "T > S, Dk < Dv"),
-                                        (DECODE_SHAPES, "decode T=1, GQA, Dk > Dv"))):
+    for i, (shape, label) in enumerate(
+        ((ARTICLE_SHAPES, "§9 sizes"), (SWAPPED_SHAPES, "T > S, Dk < Dv"), (DECODE_SHAPES, "decode T=1, GQA, Dk > Dv"))
+    ):
         case = _first_supported(impl, i, shape, dtype, label)
         compare.assert_output_matches(impl, case)  # the guarded call checks the shape [B,H,T,Dv] and dtype
 
@@ -75,7 +78,7 @@ def test_weights_shape(impl, dtype):
 
 # The magnitude of V per working dtype: beyond the range of every narrower type a kernel might
 # route the output through (float16 for the 32-bit types and bfloat16, float32 for float64).
-_HOLDS = {"float64": 2.0 ** 200, "float32": 2.0 ** 100, "bfloat16": 2.0 ** 100, "float16": 2.0 ** 14}
+_HOLDS = {"float64": 2.0**200, "float32": 2.0**100, "bfloat16": 2.0**100, "float16": 2.0**14}
 
 
 @clause(
@@ -83,8 +86,12 @@ _HOLDS = {"float64": 2.0 ** 200, "float32": 2.0 ** 100, "bfloat16": 2.0 ** 100, 
     "the output has the input's dtype and carries values only that dtype can hold (V beyond the range of any "
     "narrower type), equal to the oracle's",
     Source("000", "§8 为什么在点积之前提高精度", "返回时恢复输入 dtype。"),
-    kills=["output_float32@float16", "output_float32@bfloat16", "half_output_cast@bfloat16",
-           "float64_in_float32@float64"],
+    kills=[
+        "output_float32@float16",
+        "output_float32@bfloat16",
+        "half_output_cast@bfloat16",
+        "float64_in_float32@float64",
+    ],
     tolerance="the default rule; V's magnitude follows the declared computation dtype (float64_computed_as)",
 )
 def test_output_dtype(impl, dtype):

@@ -27,7 +27,9 @@ def test_rows_sum_to_one(impl, dtype):
     impl.require(case)
     w = observe_weights(impl, case)
     if np.any(w < 0) or not np.all(np.isfinite(w)):
-        fail(f"weights must be finite and >= 0; min={np.nanmin(w):.3g}, non-finite={int((~np.isfinite(w)).sum())}", case)
+        fail(
+            f"weights must be finite and >= 0; min={np.nanmin(w):.3g}, non-finite={int((~np.isfinite(w)).sum())}", case
+        )
     sums = w.sum(axis=-1)
     allowed = compare.weights_allowance(case, impl.declaration).sum(axis=-1)  # |sum of errors| <= sum of bounds
     err = np.abs(sums - 1.0)

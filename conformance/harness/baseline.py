@@ -68,8 +68,19 @@ def grid(dtypes) -> list[tuple[str, Case]]:
                 seed = 9000 + 10 * si + vi
                 masked = variant != "plain"
                 mask = random_mask(seed, (B, 1, T, S), p_blocked=0.3) if masked else None
-                case = random_case(seed, B=B, Hq=H, T=T, S=S, Dk=D, Dv=D, dtype=d, mask=mask, is_causal=masked,
-                                   label=f"baseline {label}/{variant}")
+                case = random_case(
+                    seed,
+                    B=B,
+                    Hq=H,
+                    T=T,
+                    S=S,
+                    Dk=D,
+                    Dv=D,
+                    dtype=d,
+                    mask=mask,
+                    is_causal=masked,
+                    label=f"baseline {label}/{variant}",
+                )
                 out.append((f"{label}/{variant}/{d}", case))
     return out
 
@@ -203,7 +214,10 @@ def thresholds() -> dict:
 def _table(header: tuple[str, ...], rows: list[tuple]) -> str:
     cells = [tuple(str(c) for c in header)] + [tuple(str(c) for c in r) for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    line = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths))  # noqa: E731
+
+    def line(r):
+        return "  ".join(c.ljust(w) for c, w in zip(r, widths))
+
     return "\n".join([line(cells[0]), line(tuple("-" * w for w in widths))] + [line(r) for r in cells[1:]])
 
 
@@ -243,8 +257,15 @@ def compare_run(meta: dict, recorded: dict[str, np.ndarray], run: Run) -> list[s
         moved = diff > allowed
         if moved.any():
             i = np.unravel_index(int(np.argmax(diff / allowed)), o.shape)
-            drift_rows.append((key, f"{int(moved.sum())}/{o.size}", f"{diff.max():.3g}", f"{diff[i]:.3g} > {allowed[i]:.3g}",
-                               f"{o[i]:.6g} -> {n[i]:.6g}"))
+            drift_rows.append(
+                (
+                    key,
+                    f"{int(moved.sum())}/{o.size}",
+                    f"{diff.max():.3g}",
+                    f"{diff[i]:.3g} > {allowed[i]:.3g}",
+                    f"{o[i]:.6g} -> {n[i]:.6g}",
+                )
+            )
     for key in sorted(set(run.outputs) - set(recorded)):
         notes.append(f"{key}: run now, but not in the recording (declaration changed?)")
     for d, old in sorted(meta["per_dtype"].items()):
@@ -258,11 +279,15 @@ def compare_run(meta: dict, recorded: dict[str, np.ndarray], run: Run) -> list[s
                 stat_rows.append((d, m, f"{old[m]:.3g}", f"{now[m]:.3g}", f"{ratio:.3g}x", f"{limit:.3g}"))
     parts = []
     if drift_rows:
-        parts.append("outputs that drifted beyond |now - recorded| <= ATOL[d] + RTOL[d]*|recorded|:\n"
-                     + _table(("case", "moved", "max |diff|", "worst (diff > allowed)", "value there"), drift_rows))
+        parts.append(
+            "outputs that drifted beyond |now - recorded| <= ATOL[d] + RTOL[d]*|recorded|:\n"
+            + _table(("case", "moved", "max |diff|", "worst (diff > allowed)", "value there"), drift_rows)
+        )
     if stat_rows:
-        parts.append(f"error statistics vs the float64 oracle that got worse than {WORSE:g}x + floor:\n"
-                     + _table(("dtype", "metric", "recorded", "now", "ratio", "limit"), stat_rows))
+        parts.append(
+            f"error statistics vs the float64 oracle that got worse than {WORSE:g}x + floor:\n"
+            + _table(("dtype", "metric", "recorded", "now", "ratio", "limit"), stat_rows)
+        )
     if parts and notes:
         parts.append("notes:\n  " + "\n  ".join(notes))
     if not parts and any("inputs differ" in x for x in notes):
@@ -312,15 +337,22 @@ class BaselineItem(pytest.Item):
             return
         loaded = load(self.directory, self.spec)
         if loaded is None:
-            pytest.skip(f"baseline comparison for {self.spec} skipped: no baseline in "
-                        f"{self.directory / _dirname(self.spec)} (record one with "
-                        f"pytest --impl={self.spec} --record-baseline={self.directory})")
+            pytest.skip(
+                f"baseline comparison for {self.spec} skipped: no baseline in "
+                f"{self.directory / _dirname(self.spec)} (record one with "
+                f"pytest --impl={self.spec} --record-baseline={self.directory})"
+            )
         meta, recorded = loaded
         run = run_grid(impl)
         problems = compare_run(meta, recorded, run)
         env = environment_changes(meta["environment"], environment(impl.adapter))
-        store[self.spec] = {"directory": str(self.directory), "passed": not problems, "problems": problems,
-                            "environment_changes": env, "per_dtype": run.per_dtype}
+        store[self.spec] = {
+            "directory": str(self.directory),
+            "passed": not problems,
+            "problems": problems,
+            "environment_changes": env,
+            "per_dtype": run.per_dtype,
+        }
         if problems:
             head = f"{self.spec} moved against its baseline in {self.directory / _dirname(self.spec)}"
             if env:
@@ -338,10 +370,18 @@ class BaselineItem(pytest.Item):
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("sdpa-conformance")
-    group.addoption("--record-baseline", metavar="DIR", default=None,
-                    help="record each --impl's outputs and error statistics on a fixed grid under DIR/<impl>/")
-    group.addoption("--baseline", metavar="DIR", default=None,
-                    help="compare each --impl against the baseline recorded under DIR/<impl>/ (fails on drift)")
+    group.addoption(
+        "--record-baseline",
+        metavar="DIR",
+        default=None,
+        help="record each --impl's outputs and error statistics on a fixed grid under DIR/<impl>/",
+    )
+    group.addoption(
+        "--baseline",
+        metavar="DIR",
+        default=None,
+        help="compare each --impl against the baseline recorded under DIR/<impl>/ (fails on drift)",
+    )
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -364,9 +404,16 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     for spec in state.specs:
         recording = bool(rec)
         kind = "record-baseline" if recording else "baseline"
-        items.append(BaselineItem.from_parent(
-            session, name=f"{kind}[{spec}]", nodeid=f"{kind}::{spec}", spec=spec,
-            directory=Path(rec or base), recording=recording))
+        items.append(
+            BaselineItem.from_parent(
+                session,
+                name=f"{kind}[{spec}]",
+                nodeid=f"{kind}::{spec}",
+                spec=spec,
+                directory=Path(rec or base),
+                recording=recording,
+            )
+        )
 
 
 def results(config: pytest.Config) -> dict:

@@ -27,8 +27,11 @@ _FAILS = pytest.StashKey[dict]()
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.getgroup("sdpa-conformance").addoption(
-        "--certificate", metavar="PATH", default=None,
-        help="write a conformance certificate to PATH (JSON) and PATH with .md (Markdown)")
+        "--certificate",
+        metavar="PATH",
+        default=None,
+        help="write a conformance certificate to PATH (JSON) and PATH with .md (Markdown)",
+    )
 
 
 @pytest.hookimpl(wrapper=True, trylast=True)
@@ -46,23 +49,26 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if exc is not None:
         text = str(exc.value)
     item.config.stash.setdefault(_FAILS, {})[item.nodeid] = {
-        "reproduce": reproduce_command(item), "message": text[:3000]}
+        "reproduce": reproduce_command(item),
+        "message": text[:3000],
+    }
     return rep
 
 
 def _clause_outcome(rows: list[dict]) -> tuple[str, str]:
     """(outcome, detail) of one clause over the dtypes it ran with."""
     outs = [r["outcome"] for r in rows]
+
     def dts(kind):
         return ", ".join(str(r["dtype"]) for r in rows if r["outcome"] == kind and r["dtype"])
+
     if "failed" in outs:
         return "fail", f"failed: {dts('failed') or 'all'}"
     if "passed" in outs:
         na = [r for r in rows if r["outcome"] != "passed"]
         detail = f"passed: {dts('passed') or 'yes'}"
         if na:
-            detail += "; not applicable: " + "; ".join(
-                f"{r['dtype'] or ''} ({r['reason']})".strip() for r in na)
+            detail += "; not applicable: " + "; ".join(f"{r['dtype'] or ''} ({r['reason']})".strip() for r in na)
         return "pass", detail
     reasons = sorted({r["reason"] for r in rows if r["reason"]})
     kinds = {r["outcome"] for r in rows}
@@ -77,7 +83,7 @@ def _error_stats(config: pytest.Config, spec: str, impl: Any, base: dict) -> tup
 
     try:
         run = baseline.run_grid(impl)
-    except (Exception, pytest.skip.Exception, pytest.fail.Exception) as exc:  # noqa: BLE001
+    except (Exception, pytest.skip.Exception, pytest.fail.Exception) as exc:  # noqa: BLE001 - stats are informative; the verdict stands without them
         return {}, f"could not be measured: {type(exc).__name__}: {exc}"
     return run.per_dtype, "regression-baseline grid (harness.baseline.grid), max/mean/p99 of |out - oracle|"
 
@@ -95,15 +101,19 @@ def build(config: pytest.Config) -> dict:
     base_results = baseline.results(config)
     doc: dict[str, Any] = {
         "format": FORMAT,
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "suite": {"version": __version__, "spec_revision": SPEC_REVISION},
         "command": "pytest " + " ".join(config.invocation_params.args),
         "profile": state.profile if state else None,
-        "golden_set": {"directory": str(golden_dir), "sha256": fixtures.set_hash(golden_dir),
-                       "hashes_ok": not problems, "problems": problems},
+        "golden_set": {
+            "directory": str(golden_dir),
+            "sha256": fixtures.set_hash(golden_dir),
+            "hashes_ok": not problems,
+            "problems": problems,
+        },
         "adapters": {},
     }
-    for spec, res in (state.resolved.items() if state else []):
+    for spec, res in state.resolved.items() if state else []:
         rows = [r for r in state.results if r["impl"] == spec]
         entry: dict[str, Any] = {"spec": spec}
         if not res.usable:
@@ -120,8 +130,12 @@ def build(config: pytest.Config) -> dict:
             info = CATALOG.get(cid)
             meta = {"title": info.title if info else "", "source": info.source.cite() if info else ""}
             if cid not in by_clause:
-                clauses[cid] = {**meta, "outcome": "not run", "detail": "not collected or deselected in this run",
-                                "by_dtype": {}}
+                clauses[cid] = {
+                    **meta,
+                    "outcome": "not run",
+                    "detail": "not collected or deselected in this run",
+                    "by_dtype": {},
+                }
                 continue
             outcome, detail = _clause_outcome(by_clause[cid])
             if v is not None and cid in v.clauses_missing and outcome == "pass":
@@ -129,16 +143,24 @@ def build(config: pytest.Config) -> dict:
             runs = sum(r.get("cases_run", 0) for r in by_clause[cid])
             if runs:
                 detail += f" ({runs} cases run)"
-            clauses[cid] = {**meta, "outcome": outcome, "detail": detail,
-                            "by_dtype": {str(r["dtype"]): {"outcome": r["outcome"], "reason": r["reason"]}
-                                         for r in by_clause[cid]}}
+            clauses[cid] = {
+                **meta,
+                "outcome": outcome,
+                "detail": detail,
+                "by_dtype": {str(r["dtype"]): {"outcome": r["outcome"], "reason": r["reason"]} for r in by_clause[cid]},
+            }
         counts: dict[str, int] = {}
         for c in clauses.values():
             counts[c["outcome"]] = counts.get(c["outcome"], 0) + 1
         failures = [
-            {"clause": r["clause"], "dtype": r["dtype"], "nodeid": r["nodeid"],
-             **fails.get(r["nodeid"], {"reproduce": "", "message": ""})}
-            for r in rows if r["outcome"] == "failed"
+            {
+                "clause": r["clause"],
+                "dtype": r["dtype"],
+                "nodeid": r["nodeid"],
+                **fails.get(r["nodeid"], {"reproduce": "", "message": ""}),
+            }
+            for r in rows
+            if r["outcome"] == "failed"
         ]
         base = base_results.get(spec, {})
         stats, stats_source = _error_stats(config, spec, impl, base)
@@ -154,9 +176,16 @@ def build(config: pytest.Config) -> dict:
             "not_in_profile": v.not_in_profile if v is not None else [],
         }
         entry.update(
-            name=impl.name, verdict=word, coverage=coverage, counts=counts, declaration=impl.declaration.as_dict(),
-            environment=baseline.environment(impl.adapter), clauses=clauses, failures=failures,
-            error_stats=stats, error_stats_source=stats_source,
+            name=impl.name,
+            verdict=word,
+            coverage=coverage,
+            counts=counts,
+            declaration=impl.declaration.as_dict(),
+            environment=baseline.environment(impl.adapter),
+            clauses=clauses,
+            failures=failures,
+            error_stats=stats,
+            error_stats_source=stats_source,
             baseline={k: v for k, v in base.items() if k != "per_dtype"} or None,
         )
         doc["adapters"][spec] = entry
@@ -164,8 +193,14 @@ def build(config: pytest.Config) -> dict:
 
 
 # -- Markdown ----------------------------------------------------------------------------------
-_MARK = {"pass": "pass", "fail": "**FAIL**", "not applicable": "n/a", "skipped": "skipped", "not run": "not run",
-         "not in profile": "not in profile"}
+_MARK = {
+    "pass": "pass",
+    "fail": "**FAIL**",
+    "not applicable": "n/a",
+    "skipped": "skipped",
+    "not run": "not run",
+    "not in profile": "not in profile",
+}
 
 
 def _esc(s: Any) -> str:
@@ -184,15 +219,18 @@ def render_markdown(doc: dict) -> str:
         out += [f"- {line}" for line in cov.get("details", [])]
         if cov.get("details"):
             out.append("")
-        out.append("The verdict holds for the declaration below: a clause the declaration rules out is *not "
-                   "applicable* (reason given) and says nothing about the kernel. Outputs are compared with a "
-                   "float64 oracle under the tolerance rule of `conformance/harness/tolerance.py`.\n")
+        out.append(
+            "The verdict holds for the declaration below: a clause the declaration rules out is *not "
+            "applicable* (reason given) and says nothing about the kernel. Outputs are compared with a "
+            "float64 oracle under the tolerance rule of `conformance/harness/tolerance.py`.\n"
+        )
         g = doc["golden_set"]
         out.append("| | |\n|---|---|")
+        hashes = "hashes verified" if g["hashes_ok"] else "HASH PROBLEMS: " + _esc("; ".join(g["problems"]))
         out += [
             f"| suite | sdpa-conformance {doc['suite']['version']} |",
             f"| spec revision | {_esc(doc['suite']['spec_revision'])} |",
-            f"| golden fixture set (sha256 of manifest) | `{g['sha256']}` ({'hashes verified' if g['hashes_ok'] else 'HASH PROBLEMS: ' + _esc('; '.join(g['problems']))}) |",
+            f"| golden fixture set (sha256 of manifest) | `{g['sha256']}` ({hashes}) |",
             f"| command | `{_esc(doc['command'])}` |",
             f"| hypothesis profile | {doc.get('profile')} |",
             f"| date | {doc['date']} |",
@@ -207,7 +245,9 @@ def render_markdown(doc: dict) -> str:
             out.append(f"\nNotes: {a['declaration']['notes']}")
         out.append("\n## Clauses\n\n| clause | result | detail | what it checks |\n|---|---|---|---|")
         for cid, cl in a["clauses"].items():
-            out.append(f"| {cid} | {_MARK.get(cl['outcome'], cl['outcome'])} | {_esc(cl['detail'])} | {_esc(cl['title'])} |")
+            out.append(
+                f"| {cid} | {_MARK.get(cl['outcome'], cl['outcome'])} | {_esc(cl['detail'])} | {_esc(cl['title'])} |"
+            )
         out.append("\n## Error against the float64 oracle, per dtype\n")
         out.append(f"Source: {a['error_stats_source']}.\n")
         if a["error_stats"]:

@@ -9,8 +9,8 @@ to kill. Keeping the claims as data is what makes "a clause no mutant can fail" 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 SEEDS = {
     "000": "000_f3dcd408372d9e02.txt",

@@ -102,8 +102,9 @@ def _row_model(case: Case, decl: Declaration) -> tolerance.RowModel:
 
 
 def _output_bound(case: Case, decl: Declaration) -> np.ndarray:
-    return _cached("obound", case, decl,
-                   lambda: tolerance.forward_bound(case, expected(case, decl), _row_model(case, decl)))
+    return _cached(
+        "obound", case, decl, lambda: tolerance.forward_bound(case, expected(case, decl), _row_model(case, decl))
+    )
 
 
 def output_allowance(case: Case, decl: Declaration | None = None) -> np.ndarray:
@@ -126,14 +127,15 @@ def weights_allowance(case: Case, decl: Declaration | None = None) -> np.ndarray
         probe = probe_case(case)
         members = ensemble.forward_members(probe, work_dtype=_work_dtype(case, decl), **_conventions(case, decl))
         want = expected(case, decl).weights
-        spread = tolerance.ensemble_error([m[..., :case.S] for m in members.values()], want)
+        spread = tolerance.ensemble_error([m[..., : case.S] for m in members.values()], want)
         return tolerance.combine(tolerance.weights_bound(_row_model(case, decl)), spread)
 
     return _cached("wallow", case, decl, compute)
 
 
-def grad_allowance(case: Case, grad_out: np.ndarray, decl: Declaration | None = None
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def grad_allowance(
+    case: Case, grad_out: np.ndarray, decl: Declaration | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-element allowances for (dQ, dK, dV) of ``case`` with cotangent ``grad_out``."""
     decl = decl or _DEFAULT
 
@@ -141,8 +143,9 @@ def grad_allowance(case: Case, grad_out: np.ndarray, decl: Declaration | None = 
         fwd = expected(case, decl)
         want = expected_vjp(case, grad_out, decl)
         bounds = tolerance.grad_bound(case, fwd, _row_model(case, decl), _output_bound(case, decl), grad_out)
-        members = ensemble.backward_members(case, grad_out, work_dtype=_work_dtype(case, decl),
-                                            **_conventions(case, decl))
+        members = ensemble.backward_members(
+            case, grad_out, work_dtype=_work_dtype(case, decl), **_conventions(case, decl)
+        )
         return tuple(
             tolerance.combine(b, tolerance.ensemble_error([m[i] for m in members.values()], want[i]))
             for i, b in enumerate(bounds)
@@ -157,8 +160,9 @@ def _digest(a: np.ndarray) -> str:
 
 def expected_vjp(case: Case, grad_out: np.ndarray, decl: Declaration) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The oracle's (dQ, dK, dV) for ``case`` and cotangent ``grad_out`` under ``decl``'s conventions."""
-    return _cached("vjp:" + _digest(grad_out), case, decl,
-                   lambda: oracle.vjp(case, grad_out, **_conventions(case, decl)))
+    return _cached(
+        "vjp:" + _digest(grad_out), case, decl, lambda: oracle.vjp(case, grad_out, **_conventions(case, decl))
+    )
 
 
 def _must_be_finite(allowed: np.ndarray) -> np.ndarray:
@@ -236,8 +240,14 @@ def assert_equivalent(impl: Impl, case: Case, other: Case, why: str) -> tuple[np
     out_other = assert_output_matches(impl, other)
     decl = impl.declaration
     allowed = _must_be_finite(output_allowance(case, decl) + output_allowance(other, decl))
-    msg = _mismatch(f"output ({why})", out, out_other, allowed,
-                    "sum of the two cases' allowances; " + _rule(case, decl, "output"), case)
+    msg = _mismatch(
+        f"output ({why})",
+        out,
+        out_other,
+        allowed,
+        "sum of the two cases' allowances; " + _rule(case, decl, "output"),
+        case,
+    )
     if msg:
         raise ClauseViolation(msg + f"\n  the other case: {other.describe()}", case)
     return out, out_other
@@ -259,7 +269,9 @@ def assert_vjp_matches(impl: Impl, case: Case, grad_out: np.ndarray) -> tuple[np
         if bad.any():
             raise ClauseViolation(
                 f"{name} has {int(bad.sum())} non-finite elements where the oracle's gradient is finite "
-                "(NaN or inf leaked through the backward pass)", case)
+                "(NaN or inf leaked through the backward pass)",
+                case,
+            )
         msg = _mismatch(name, g, exp, _must_be_finite(allowed), _rule(case, decl, name), case)
         if msg:
             raise ClauseViolation(msg, case)

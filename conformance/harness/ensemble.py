@@ -88,13 +88,14 @@ class Prepared:
         elif self.all_blocked == "nan":
             out[self.empty] = np.nan
         else:  # mean-v: uniform weights over all S keys
-            mean = (self.rnd(np.full(self.S, self.work(1.0 / self.S), dtype=self.work)) @ self.v)  # [B,H,Dv]
+            mean = self.rnd(np.full(self.S, self.work(1.0 / self.S), dtype=self.work)) @ self.v  # [B,H,Dv]
             out[self.empty] = np.broadcast_to(mean[:, :, None, :], out.shape)[self.empty]
         return out
 
 
-def prepare(case: Case, *, all_blocked: str = "zeros", causal_alignment: str = "top-left",
-            work_dtype: str | None = None) -> Prepared:
+def prepare(
+    case: Case, *, all_blocked: str = "zeros", causal_alignment: str = "top-left", work_dtype: str | None = None
+) -> Prepared:
     """``work_dtype`` overrides the compute precision (a kernel that computes float64 as float32)."""
     work = np.dtype(work_dtype or ("float64" if case.dtype == "float64" else "float32")).type
     lowp = np_dtype(case.dtype) if case.dtype != "float64" else np.dtype(work)
@@ -103,9 +104,20 @@ def prepare(case: Case, *, all_blocked: str = "zeros", causal_alignment: str = "
     blocked, bias = blocked_and_bias(case, causal_alignment)
     kt = np.ascontiguousarray(np.swapaxes(k, -1, -2))  # a strided operand makes NumPy skip BLAS
     raw = q @ kt
-    return Prepared(work=work, lowp=np.dtype(lowp), q=q, k=k, v=v, raw=raw, bias=bias.astype(work),
-                    blocked=blocked, empty=blocked.all(axis=-1), scale=case.effective_scale,
-                    all_blocked=all_blocked, S=case.S)
+    return Prepared(
+        work=work,
+        lowp=np.dtype(lowp),
+        q=q,
+        k=k,
+        v=v,
+        raw=raw,
+        bias=bias.astype(work),
+        blocked=blocked,
+        empty=blocked.all(axis=-1),
+        scale=case.effective_scale,
+        all_blocked=all_blocked,
+        S=case.S,
+    )
 
 
 def _finish(prep: Prepared, o: np.ndarray, case_dtype: str) -> np.ndarray:
@@ -162,7 +174,7 @@ def _online(prep: Prepared, size: int, reverse: bool = False) -> np.ndarray:
     l = np.zeros(shape + (1,), dtype=w)
     acc = np.zeros(shape + (prep.v.shape[-1],), dtype=w)
     blocks = _blocks(prep.S, size)
-    for a, b in (reversed(blocks) if reverse else blocks):
+    for a, b in reversed(blocks) if reverse else blocks:
         sb = s[..., a:b]
         m_new = np.maximum(m, sb.max(axis=-1, keepdims=True))
         safe = np.where(np.isneginf(m_new), w(0), m_new)
@@ -215,8 +227,9 @@ FORWARD: dict[str, Callable[[Prepared], np.ndarray]] = {
 }
 
 
-def forward_members(case: Case, *, all_blocked: str = "zeros", causal_alignment: str = "top-left",
-                    work_dtype: str | None = None) -> dict[str, np.ndarray]:
+def forward_members(
+    case: Case, *, all_blocked: str = "zeros", causal_alignment: str = "top-left", work_dtype: str | None = None
+) -> dict[str, np.ndarray]:
     """Each member's output for ``case`` as float64 [B, Hq, T, Dv], rounded to the case's dtype."""
     prep = prepare(case, all_blocked=all_blocked, causal_alignment=causal_alignment, work_dtype=work_dtype)
     out = {}
@@ -265,9 +278,14 @@ def _backward(prep: Prepared, do: np.ndarray, out_lowp: np.ndarray, *, fa: bool,
     return dq, _fold(dk, hkv), _fold(dv, hkv)
 
 
-def backward_members(case: Case, grad_out: np.ndarray, *, all_blocked: str = "zeros",
-                     causal_alignment: str = "top-left", work_dtype: str | None = None
-                     ) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+def backward_members(
+    case: Case,
+    grad_out: np.ndarray,
+    *,
+    all_blocked: str = "zeros",
+    causal_alignment: str = "top-left",
+    work_dtype: str | None = None,
+) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Each backward member's (dQ, dK, dV) as float64, rounded to the case's dtype."""
     prep = prepare(case, all_blocked=all_blocked, causal_alignment=causal_alignment, work_dtype=work_dtype)
     do = np.asarray(grad_out).astype(prep.work)

@@ -65,8 +65,10 @@ def describe_exception(exc: BaseException) -> str:
         cause = exc.__cause__
         frames = [f for f in traceback.extract_tb(cause.__traceback__) if not f.filename.startswith(_SUITE_ROOT)]
         if frames:
-            text += "\n  the kernel's own traceback (suite and adapter frames hidden):\n" + "".join(
-                traceback.format_list(frames[-4:])).rstrip()
+            text += (
+                "\n  the kernel's own traceback (suite and adapter frames hidden):\n"
+                + "".join(traceback.format_list(frames[-4:])).rstrip()
+            )
     notes = getattr(exc, "__notes__", None) or []
     if notes:
         text += "\n" + "\n".join(str(n) for n in notes)

@@ -13,7 +13,8 @@ the inputs were not modified and that the result is not a view of them.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -154,15 +155,20 @@ class Impl:
             self.refused.append(case.describe())
             flags = declarations_ruling_out(case, self.declaration)
             rest = ",".join(d for d in sorted(self.declaration.dtypes) if d != case.dtype)
-            hint = ("a declaration that would rule it out: " + " | ".join(f"--declare {f}" for f in flags)
-                    if flags else "no feature declaration rules this case out (the spec asks every kernel to "
-                    f"take it); only dropping its dtype would: --declare dtypes={rest}")
+            hint = (
+                "a declaration that would rule it out: " + " | ".join(f"--declare {f}" for f in flags)
+                if flags
+                else "no feature declaration rules this case out (the spec asks every kernel to "
+                f"take it); only dropping its dtype would: --declare dtypes={rest}"
+            )
             raise UndeclaredRefusal(
                 f"{self.name}.{what} refused a case its declaration covers (undeclared refusal): {exc}\n"
-                f"  a refusal counts only when declared; {hint}", case) from exc
+                f"  a refusal counts only when declared; {hint}",
+                case,
+            ) from exc
         except AdapterError:
             raise
-        except Exception as exc:  # noqa: BLE001 - any kernel error is a finding, not a crash
+        except Exception as exc:  # any kernel error is a finding, not a crash
             raise AdapterError(f"{self.name}.{what} raised {type(exc).__name__}: {exc}", case) from exc
         for (name, before), (_, now) in zip(snapshots, inputs):
             same = np.array_equal(before, np.asarray(now), equal_nan=before.dtype.kind == "f")
@@ -178,9 +184,7 @@ class Impl:
             raise AdapterError(f"{self.name}: {what}.shape={arr.shape}, but should be {tuple(shape)}", case)
         want = np_dtype(case.dtype)
         if arr.dtype != want:
-            raise AdapterError(
-                f"{self.name}: {what}.dtype={arr.dtype}, but should be {want} (the input dtype)", case
-            )
+            raise AdapterError(f"{self.name}: {what}.dtype={arr.dtype}, but should be {want} (the input dtype)", case)
         for a in inputs:
             if np.shares_memory(arr, a):
                 raise AdapterError(f"{self.name}: {what} shares memory with an input (a view, not a result)", case)
@@ -214,7 +218,9 @@ class Impl:
             self.not_applicable("declares returns_weights=False")
         res, inputs = self._guarded(case, "forward_with_weights", lambda: self.adapter.forward_with_weights(case))
         if not (isinstance(res, tuple) and len(res) == 2):
-            raise AdapterError(f"{self.name}.forward_with_weights returned {type(res).__name__}, not (out, weights)", case)
+            raise AdapterError(
+                f"{self.name}.forward_with_weights returned {type(res).__name__}, not (out, weights)", case
+            )
         out = self._check_array(res[0], "output", case.out_shape, case, inputs)
         w = self._check_array(res[1], "weights", case.weights_shape, case, inputs)
         return out, w

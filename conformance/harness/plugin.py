@@ -46,7 +46,9 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
         help="override a declaration field of the kernel under test, e.g. grad=false, "
         "dtypes=float32,float64, all_blocked=nan, causal_alignment=bottom-right. Repeatable.",
     )
-    group.addoption("--impl-list", action="store_true", help="list available adapters and their declarations, then exit")
+    group.addoption(
+        "--impl-list", action="store_true", help="list available adapters and their declarations, then exit"
+    )
     group.addoption(
         "--conformance-profile",
         choices=runstate.HYPOTHESIS_PROFILES,

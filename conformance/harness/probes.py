@@ -38,7 +38,7 @@ def probe_case(case: Case, square: bool = False) -> Case:
     if square and case.Dk != width:
         if case.Dk > width:
             v = np.zeros(v.shape[:-1] + (case.Dk,), dtype=v.dtype)
-            v[..., : width] = identity_value(case)
+            v[..., :width] = identity_value(case)
             changes["value"] = v
         else:
             pad = [(0, 0)] * 3 + [(0, width - case.Dk)]
@@ -61,7 +61,7 @@ def observe_weights(impl: Impl, case: Case) -> np.ndarray:
     probe = probe_case(case, square=impl.declaration.requires_dk_eq_dv)
     out = np.asarray(impl.forward(probe), dtype=np.float64)
     check_padding(out, case.S, probe)
-    return out[..., :case.S]
+    return out[..., : case.S]
 
 
 def check_padding(out: np.ndarray, S: int, probe: Case) -> None:

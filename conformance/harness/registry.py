@@ -179,9 +179,7 @@ def parse_declare(items: list[str]) -> dict[str, Any]:
         key, sep, raw = item.partition("=")
         key = key.strip().replace("-", "_")
         if not sep or key not in fields:
-            raise ImplSpecError(
-                f"--declare {item!r}: expected KEY=VALUE with KEY one of {', '.join(sorted(fields))}"
-            )
+            raise ImplSpecError(f"--declare {item!r}: expected KEY=VALUE with KEY one of {', '.join(sorted(fields))}")
         raw = raw.strip()
         hint = hints[key]
         try:
@@ -246,7 +244,7 @@ def resolve(spec: str, overrides: dict[str, Any] | None = None) -> Resolved:
         adapter = _as_adapter(obj, spec, overrides)
     except ImplSpecError:
         raise
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - a constructor that crashes is a usage error, reported in one line
         raise ImplSpecError(f"--impl {spec!r}: constructing the adapter raised {type(exc).__name__}: {exc}") from None
     reason = None
     check = getattr(adapter, "unavailable_reason", None)

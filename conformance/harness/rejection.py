@@ -51,12 +51,16 @@ def judge(decl: Declaration, what: str, result: Any, exc: BaseException | None) 
     if exc is None:
         return f"{what}: accepted, returned {type(result).__name__} of shape {np.shape(result)}"
     if isinstance(exc, NotApplicable):
-        return (f"{what}: raised NotApplicable ({exc}), a refusal of the case, not a rejection of an invalid "
-                f"input; declared rejection classes: {_declared(decl)}")
+        return (
+            f"{what}: raised NotApplicable ({exc}), a refusal of the case, not a rejection of an invalid "
+            f"input; declared rejection classes: {_declared(decl)}"
+        )
     if not documented(exc, decl):
-        return (f"{what}: raised {type(exc).__module__}.{type(exc).__name__} ({str(exc)[:160]}), not one of the "
-                f"declared rejection classes {_declared(decl)} (--declare rejects_with=... if this class is "
-                "the kernel's documented error)")
+        return (
+            f"{what}: raised {type(exc).__module__}.{type(exc).__name__} ({str(exc)[:160]}), not one of the "
+            f"declared rejection classes {_declared(decl)} (--declare rejects_with=... if this class is "
+            "the kernel's documented error)"
+        )
     return None
 
 
@@ -125,9 +129,13 @@ def check_rejections(impl: Impl, bad_inputs: Sequence[BadInput], context: str) -
     if rejections or neighbours:
         parts = []
         if rejections:
-            parts.append(f"{len(rejections)} of {len(bad_inputs)} invalid inputs were not rejected with a documented "
-                         f"error ({context}):\n  - " + "\n  - ".join(rejections))
+            parts.append(
+                f"{len(rejections)} of {len(bad_inputs)} invalid inputs were not rejected with a documented "
+                f"error ({context}):\n  - " + "\n  - ".join(rejections)
+            )
         if neighbours:
-            parts.append(f"{len(neighbours)} valid neighbours (the same case with the one defect repaired) failed:"
-                         "\n  - " + "\n  - ".join(neighbours))
+            parts.append(
+                f"{len(neighbours)} valid neighbours (the same case with the one defect repaired) failed:"
+                "\n  - " + "\n  - ".join(neighbours)
+            )
         raise ClauseViolation("\n".join(parts))

@@ -139,12 +139,18 @@ def clause_result(item: pytest.Item, rep: pytest.TestReport, info: Any) -> Any:
     impl = getattr(item, "funcargs", {}).get("impl")
     counts: dict[str, Any] = {}
     if impl is not None and hasattr(impl, "cases_run"):
-        counts = dict(cases_run=impl.cases_run, cases_declared_na=len(impl.rejected),
-                      cases_refused=len(impl.refused))
+        counts = dict(cases_run=impl.cases_run, cases_declared_na=len(impl.rejected), cases_refused=len(impl.refused))
         obj = getattr(item, "obj", None)
         hyp = getattr(obj, "_hypothesis_internal_use_settings", None)
         if hyp is not None and getattr(obj, "is_hypothesis_test", False):
             counts.update(examples_run=impl.examples_run, examples_planned=hyp.max_examples)
     return verdict.ClauseResult(
-        clause=info.id, impl=str(params.get("impl")), dtype=params.get("dtype"), outcome=outcome,
-        reason=reason, nodeid=item.nodeid, duration=rep.duration, **counts)
+        clause=info.id,
+        impl=str(params.get("impl")),
+        dtype=params.get("dtype"),
+        outcome=outcome,
+        reason=reason,
+        nodeid=item.nodeid,
+        duration=rep.duration,
+        **counts,
+    )

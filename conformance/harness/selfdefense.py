@@ -38,7 +38,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
     if getoption(config, runstate.OPT_BASELINE) and getoption(config, runstate.OPT_RECORD_BASELINE):
-        raise pytest.UsageError("--baseline and --record-baseline conflict: record a baseline in one run, compare with it in another")
+        raise pytest.UsageError(
+            "--baseline and --record-baseline conflict: record a baseline in one run, compare with it in another"
+        )
     timeout = getoption(config, runstate.OPT_CALL_TIMEOUT)
     if timeout is not None and timeout < 0:
         raise pytest.UsageError(f"--call-timeout={timeout:g}: expected seconds >= 0 (0 disables the guard)")

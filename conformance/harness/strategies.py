@@ -24,9 +24,13 @@ def register_profiles() -> None:
         print_blob=True,
         # no "explain" phase: its line-coverage notes point into the suite, not into the kernel
         phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.differing_executors,
-                               HealthCheck.function_scoped_fixture,
-                               HealthCheck.filter_too_much],
+        suppress_health_check=[
+            HealthCheck.too_slow,
+            HealthCheck.data_too_large,
+            HealthCheck.differing_executors,
+            HealthCheck.function_scoped_fixture,
+            HealthCheck.filter_too_much,
+        ],
     )
     settings.register_profile(PREFIX + "ci", derandomize=True, database=None, **common)
     settings.register_profile(PREFIX + "thorough", derandomize=False, **common)

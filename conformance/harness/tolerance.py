@@ -22,7 +22,8 @@ float64 inputs are then rounded too). ``eta`` is the least absolute error a roun
 the smallest subnormal spacing of d (float16: 2^-25), or the smallest normal number of the compute
 precision (float32: 2^-126) where that is larger, because flush-to-zero units (XLA on CPU, GPUs in
 float32) drop subnormal weights (measured: jax returns 0 for weights of ~1e-39). It is the only
-"floor", and it matters only where the exact value is ~0. ``gamma(n) = n u_a / (1 - n u_a)`` bounds a length-n float sum in any order.
+"floor", and it matters only where the exact value is ~0. ``gamma(n) = n u_a / (1 - n u_a)`` bounds a length-n
+float sum in any order.
 
 Forward, per query row with visible keys j (blocked keys carry exactly zero weight and no error):
 
@@ -106,9 +107,14 @@ def precision(case_dtype: str, rule_dtype: str) -> Precision:
     acc = "float64" if rule_dtype == "float64" else "float32"
     u_a = UNIT_ROUNDOFF[acc]
     eta = max(HALF_SUBNORMAL[rule_dtype], TINY[acc])
-    return Precision(dtype=rule_dtype, u_w=u_w, u_a=u_a, eta=eta,
-                     u_b=0.0 if rule_dtype == "float64" else u_w,
-                     inputs_rounded=case_dtype == "float64" and rule_dtype != "float64")
+    return Precision(
+        dtype=rule_dtype,
+        u_w=u_w,
+        u_a=u_a,
+        eta=eta,
+        u_b=0.0 if rule_dtype == "float64" else u_w,
+        inputs_rounded=case_dtype == "float64" and rule_dtype != "float64",
+    )
 
 
 def _scaled(factor: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -147,8 +153,9 @@ def row_model(case: Case, fwd: Forward, prec: Precision) -> RowModel:
         bias = np.where(np.isneginf(b), 0.0, b)
     s = dots + bias
     hidden = fwd.blocked
-    gam_d = prec.gamma(case.Dk) * (1.0 + (2.0 if prec.inputs_rounded else 0.0)) \
-        + (2.0 * prec.u_a if prec.inputs_rounded else 0.0)
+    gam_d = prec.gamma(case.Dk) * (1.0 + (2.0 if prec.inputs_rounded else 0.0)) + (
+        2.0 * prec.u_a if prec.inputs_rounded else 0.0
+    )
     per_key = gam_d * absdot + prec.u_b * np.abs(bias) + C_S * prec.u_a * np.abs(s)
     eps = np.where(hidden, 0.0, per_key).max(axis=-1) + prec.u_a * math.log(max(case.S, 1))
     eps = np.where(fwd.all_blocked, 0.0, eps)
@@ -166,8 +173,12 @@ def forward_bound(case: Case, fwd: Forward, rm: RowModel) -> np.ndarray:
     wv = rm.weights @ v
     n_vis = rm.visible.astype(np.float64) @ v
     grow = 1.0 + rm.omega
-    pre = (_scaled(rm.omega, wv) + _scaled(2 * prec.u_w * grow, wv) + prec.eta * n_vis
-           + _scaled(prec.gamma(case.S) * grow, wv))
+    pre = (
+        _scaled(rm.omega, wv)
+        + _scaled(2 * prec.u_w * grow, wv)
+        + prec.eta * n_vis
+        + _scaled(prec.gamma(case.S) * grow, wv)
+    )
     if prec.inputs_rounded:
         pre = pre + prec.u_a * wv
     o = np.abs(np.nan_to_num(fwd.out, nan=0.0))
@@ -182,8 +193,13 @@ def weights_bound(rm: RowModel) -> np.ndarray:
     return _scaled((rm.omega + 3 * prec.u_w + prec.u_a) * grow, rm.weights) + 3 * prec.eta * rm.visible
 
 
-def grad_bound(case: Case, fwd: Forward, rm: RowModel, out_bound: np.ndarray, grad_out: np.ndarray,
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def grad_bound(
+    case: Case,
+    fwd: Forward,
+    rm: RowModel,
+    out_bound: np.ndarray,
+    grad_out: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """First-order bounds on |dQ|, |dK|, |dV| errors of a FlashAttention-style backward.
 
     Every quantity is an elementwise absolute bound carried from product to product (running error
@@ -206,10 +222,12 @@ def grad_bound(case: Case, fwd: Forward, rm: RowModel, out_bound: np.ndarray, gr
     e_dp = (prec.gamma(case.Dv) + ir) * (np.abs(do) @ np.abs(vt))
     o = np.nan_to_num(fwd.out, nan=0.0)
     d_exact = (p * dp).sum(axis=-1, keepdims=True)
-    via_out = (np.abs(do) * out_bound).sum(axis=-1, keepdims=True) \
-        + (prec.gamma(case.Dv) + ir) * (np.abs(do) * np.abs(o)).sum(axis=-1, keepdims=True)
-    via_p = (_scaled(pi, np.abs(dp)) + p * e_dp).sum(axis=-1, keepdims=True) \
-        + prec.gamma(case.S) * (p * np.abs(dp)).sum(axis=-1, keepdims=True)
+    via_out = (np.abs(do) * out_bound).sum(axis=-1, keepdims=True) + (prec.gamma(case.Dv) + ir) * (
+        np.abs(do) * np.abs(o)
+    ).sum(axis=-1, keepdims=True)
+    via_p = (_scaled(pi, np.abs(dp)) + p * e_dp).sum(axis=-1, keepdims=True) + prec.gamma(case.S) * (
+        p * np.abs(dp)
+    ).sum(axis=-1, keepdims=True)
     e_d = np.maximum(via_out, via_p)
     ds = p * (dp - d_exact)
     e_ds = _scaled(pi, np.abs(dp - d_exact)) + _scaled(p + pi, e_dp + e_d) + 2 * prec.u_a * np.abs(ds)
@@ -218,17 +236,19 @@ def grad_bound(case: Case, fwd: Forward, rm: RowModel, out_bound: np.ndarray, gr
     ads = np.abs(ds) + e_ds
     # dQ = scale dS K
     dq = (ds @ k) * scale
-    pre_q = scale * (e_ds @ np.abs(k)) + (prec.gamma(case.S) + ir) * scale * (ads @ np.abs(k)) \
-        + prec.u_a * np.abs(dq)
+    pre_q = scale * (e_ds @ np.abs(k)) + (prec.gamma(case.S) + ir) * scale * (ads @ np.abs(k)) + prec.u_a * np.abs(dq)
     e_dq = pre_q + _round(prec, np.abs(dq) + pre_q)
     # dK = scale dS^T Q, dV = P^T dO, each summed over the query heads of a kv head's group
     dst = np.swapaxes(ds, -1, -2)
     dk_e = (dst @ q) * scale
-    pre_k = scale * (np.swapaxes(e_ds, -1, -2) @ np.abs(q)) \
-        + (prec.gamma(case.T) + ir) * scale * (np.swapaxes(ads, -1, -2) @ np.abs(q))
+    pre_k = scale * (np.swapaxes(e_ds, -1, -2) @ np.abs(q)) + (prec.gamma(case.T) + ir) * scale * (
+        np.swapaxes(ads, -1, -2) @ np.abs(q)
+    )
     pt = np.swapaxes(p, -1, -2)
     dv_e = pt @ do
-    pre_v = np.swapaxes(pi, -1, -2) @ np.abs(do) + (prec.gamma(case.T) + ir) * ((pt + np.swapaxes(pi, -1, -2)) @ np.abs(do))
+    pre_v = np.swapaxes(pi, -1, -2) @ np.abs(do) + (prec.gamma(case.T) + ir) * (
+        (pt + np.swapaxes(pi, -1, -2)) @ np.abs(do)
+    )
 
     def fold(x: np.ndarray) -> np.ndarray:
         b, _, s, d = x.shape
@@ -270,5 +290,7 @@ def ensemble_error(members: list[np.ndarray], want: np.ndarray) -> np.ndarray:
 
 def describe(dtype: str, what: str = "output") -> str:
     """The rule in one line, for failure reports."""
-    return (f"|err| <= max(first-order bound, {C_ENS:g} x spread of the same-precision ensemble) for the {what} "
-            f"of this case in {dtype} (harness.tolerance; docs/tolerance.md)")
+    return (
+        f"|err| <= max(first-order bound, {C_ENS:g} x spread of the same-precision ensemble) for the {what} "
+        f"of this case in {dtype} (harness.tolerance; docs/tolerance.md)"
+    )

@@ -71,7 +71,7 @@ class ClauseResult:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "ClauseResult":
+    def from_dict(cls, d: dict) -> ClauseResult:
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
 
@@ -134,8 +134,10 @@ class Verdict:
             more = f"; ... and {len(items) - limit} more" if len(items) > limit else ""
             lines.append(f"not applicable by declaration: {shown}{more}")
         if self.thin_examples:
-            lines.append("property clauses with fewer examples run than planned: "
-                         + "; ".join(f"{k}: {v}" for k, v in sorted(self.thin_examples.items())))
+            lines.append(
+                "property clauses with fewer examples run than planned: "
+                + "; ".join(f"{k}: {v}" for k, v in sorted(self.thin_examples.items()))
+            )
         if self.not_in_profile:
             lines.append("not in this profile: " + ", ".join(self.not_in_profile))
         if self.word == PARTIAL:
@@ -168,8 +170,12 @@ def decide(results: Iterable[ClauseResult], planned: dict[str, tuple[str | None,
             if r.examples_planned and r.outcome == PASSED and (r.examples_run or 0) < r.examples_planned:
                 v.thin_examples[f"{cid}[{r.dtype}]"] = (
                     f"{r.examples_run or 0} of {r.examples_planned} planned examples ran"
-                    + (f" ({r.cases_declared_na} drawn cases not applicable by declaration)"
-                       if r.cases_declared_na else ""))
+                    + (
+                        f" ({r.cases_declared_na} drawn cases not applicable by declaration)"
+                        if r.cases_declared_na
+                        else ""
+                    )
+                )
         if rows and all(r.outcome == NOT_IN_PROFILE for r in rows):
             v.not_in_profile.append(cid)
             continue
