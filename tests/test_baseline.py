@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from conformance.harness import baseline
+from conformance.harness.baseline_compare import compare_run
+from conformance.harness.baseline_grid import run_grid
+from conformance.harness.baseline_store import load, record
 from conformance.harness.impl import Impl
 from conformance.harness.registry import resolve
 from tests.mutants import MUTANTS
@@ -27,17 +29,17 @@ def test_committed_baseline_passes(spec):
     res = resolve(spec)
     if res.adapter is None or res.reason:
         pytest.skip(f"{spec} unavailable: {res.reason}")
-    loaded = baseline.load(COMMITTED, spec)
+    loaded = load(COMMITTED, spec)
     assert loaded is not None, f"no committed baseline for {spec}"
     meta, recorded = loaded
-    assert baseline.compare_run(meta, recorded, baseline.run_grid(_impl(res.adapter, spec))) == []
+    assert compare_run(meta, recorded, run_grid(_impl(res.adapter, spec))) == []
 
 
 def test_rerun_passes_and_drift_fails_with_table(tmp_path):
-    baseline.record(tmp_path, "kernel", _impl(MUTANTS["base"]()))
-    meta, recorded = baseline.load(tmp_path, "kernel")
-    assert baseline.compare_run(meta, recorded, baseline.run_grid(_impl(MUTANTS["base"]()))) == []
-    problems = baseline.compare_run(meta, recorded, baseline.run_grid(_impl(MUTANTS["output_drift_1e-3"]())))
+    record(tmp_path, "kernel", _impl(MUTANTS["base"]()))
+    meta, recorded = load(tmp_path, "kernel")
+    assert compare_run(meta, recorded, run_grid(_impl(MUTANTS["base"]()))) == []
+    problems = compare_run(meta, recorded, run_grid(_impl(MUTANTS["output_drift_1e-3"]())))
     text = "\n\n".join(problems)
     assert "outputs that drifted" in text and "self/plain/float32" in text and "float64" in text
     assert "error statistics" in text and "ratio" in text
@@ -45,7 +47,7 @@ def test_rerun_passes_and_drift_fails_with_table(tmp_path):
 
 
 def test_missing_baseline_is_a_clear_skip(tmp_path):
-    assert baseline.load(tmp_path, "nothing") is None
+    assert load(tmp_path, "nothing") is None
 
 
 def test_pytest_items_end_to_end(tmp_path):

@@ -79,18 +79,19 @@ def _clause_outcome(rows: list[dict]) -> tuple[str, str]:
 def _error_stats(config: pytest.Config, spec: str, impl: Any, base: dict) -> tuple[dict, str]:
     if base.get("per_dtype"):
         return base["per_dtype"], "regression-baseline grid (this run's --baseline comparison)"
-    from conformance.harness import baseline
+    from conformance.harness.baseline_grid import run_grid
 
     try:
-        run = baseline.run_grid(impl)
+        run = run_grid(impl)
     except (Exception, pytest.skip.Exception, pytest.fail.Exception) as exc:  # noqa: BLE001 - stats are informative; the verdict stands without them
         return {}, f"could not be measured: {type(exc).__name__}: {exc}"
-    return run.per_dtype, "regression-baseline grid (harness.baseline.grid), max/mean/p99 of |out - oracle|"
+    return run.per_dtype, "regression-baseline grid (harness.baseline_grid), max/mean/p99 of |out - oracle|"
 
 
 def build(config: pytest.Config) -> dict:
     from conformance import SPEC_REVISION, __version__, fixtures
     from conformance.harness import baseline
+    from conformance.harness.environment import environment
     from conformance.harness.runstate import get_state, verdicts
 
     state = get_state(config)
@@ -181,7 +182,7 @@ def build(config: pytest.Config) -> dict:
             coverage=coverage,
             counts=counts,
             declaration=impl.declaration.as_dict(),
-            environment=baseline.environment(impl.adapter),
+            environment=environment(impl.adapter),
             clauses=clauses,
             failures=failures,
             error_stats=stats,
