@@ -57,6 +57,9 @@ def run_clause(info: ClauseInfo, adapter, dtype: str | None) -> str:
     'failed (guard)' marks a failure raised by the guarded call rather than by the clause's checks
     (see :func:`by_the_guard`); both start with 'failed'."""
     impl = Impl(adapter, spec=getattr(adapter, "name", "adapter"), timeout=0)
+    reasons = info.not_applicable_reasons(impl.declaration, dtype)  # the plugin's own applicability test
+    if reasons:
+        return f"skipped: not applicable to {impl.name}: {'; '.join(reasons)}"
     kwargs = {"impl": impl}
     if dtype is not None:
         kwargs["dtype"] = dtype

@@ -9,8 +9,11 @@ to kill. Keeping the claims as data is what makes "a clause no mutant can fail" 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from conformance.contract import Declaration
 
 SEEDS = {
     "000": "000_f3dcd408372d9e02.txt",
@@ -76,8 +79,28 @@ class ClauseInfo:
     def module(self) -> str:
         return self.func.__module__
 
+    def not_applicable_reasons(self, decl: Declaration, dtype: str | None = None) -> list[str]:
+        """Why this clause does not apply to a kernel declaring ``decl`` (in ``dtype``); empty when it does.
+
+        The one applicability test, as xformers' operators have ``not_supported_reasons``: the pytest
+        fixture and the self-tests' clause runner both ask it, so a clause body need not repeat it.
+        Cases a clause builds are checked one by one by ``Declaration.not_supported_reasons``.
+        """
+        reasons = []
+        for req in self.requires:
+            key, sep, want = req.partition("=")
+            have = getattr(decl, key)
+            if sep and str(have) != want:
+                reasons.append(f"declares {key}={have}, this clause checks {key}={want}")
+            elif not sep and not have:
+                reasons.append(f"declares {key}={have}")
+        if dtype is not None and dtype not in decl.dtypes:
+            reasons.append(f"declares dtypes {sorted(decl.dtypes)}, not {dtype}")
+        return reasons
+
 
 CATALOG: dict[str, ClauseInfo] = {}
+_DECLARATION_FIELDS = frozenset(f.name for f in dataclasses.fields(Declaration))
 
 
 def clause(
@@ -94,6 +117,12 @@ def clause(
     """Register ``func`` as clause ``id``. ``kills`` must name at least one mutant."""
     if not kills:
         raise ValueError(f"clause {id} names no mutant that it kills: a clause that cannot fail is a defect")
+
+    unknown = [r for r in requires if r.partition("=")[0] not in _DECLARATION_FIELDS]
+    if unknown:
+        raise ValueError(
+            f"clause {id} requires {unknown}: not Declaration fields ({', '.join(sorted(_DECLARATION_FIELDS))})"
+        )
 
     def register(func: Callable) -> Callable:
         if id in CATALOG and CATALOG[id].func.__qualname__ != func.__qualname__:

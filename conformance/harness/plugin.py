@@ -193,14 +193,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("dtype", list(info.dtypes or DTYPES))
 
 
-def _requirement_met(decl: Any, req: str) -> tuple[bool, str]:
-    key, sep, want = req.partition("=")
-    have = getattr(decl, key)
-    if sep:
-        return str(have) == want, f"declares {key}={have}, this clause checks {key}={want}"
-    return bool(have), f"declares {key}={have}"
-
-
 @pytest.fixture
 def impl(request: pytest.FixtureRequest):
     """The kernel under test for this clause test, guarded (see conformance.harness.impl)."""
@@ -212,15 +204,10 @@ def impl(request: pytest.FixtureRequest):
     handle = state.guarded(spec)
     handle.begin()
     info = info_of(request.function)
-    decl = handle.declaration
-    for req in info.requires if info else ():
-        ok, why = _requirement_met(decl, req)
-        if not ok:
-            pytest.skip(f"not applicable to {handle.name}: {why}")
     callspec = getattr(request.node, "callspec", None)
-    dtype = callspec.params.get("dtype") if callspec else None
-    if dtype is not None and dtype not in decl.dtypes:
-        pytest.skip(f"not applicable to {handle.name}: declares dtypes {sorted(decl.dtypes)}, not {dtype}")
+    reasons = info.not_applicable_reasons(handle.declaration, callspec.params.get("dtype") if callspec else None)
+    if reasons:
+        pytest.skip(f"not applicable to {handle.name}: {'; '.join(reasons)}")
     return handle
 
 
