@@ -14,6 +14,7 @@ An adapter is any object with:
     def forward(self, case: Case) -> np.ndarray                      # [B, Hq, T, Dv], case dtype
     def forward_with_weights(self, case) -> (out, weights)           # only if returns_weights
     def vjp(self, case, grad_out) -> (dq, dk, dv)                    # only if grad
+    def forward_with_lse(self, case) -> (out, lse)                   # only if returns_lse; lse [B, Hq, T]
 
 The declaration says what the kernel supports and which conventions it follows; the suite selects
 clauses from it and tests every declared convention *as declared*.
@@ -44,6 +45,8 @@ ALL_BLOCKED_POLICIES: tuple[str, ...] = ("zeros", "nan", "mean-v")
 CausalAlignment = Literal["top-left", "bottom-right"]
 CAUSAL_ALIGNMENTS: tuple[str, ...] = ("top-left", "bottom-right")
 MaskSense = Literal["blocked", "attend"]
+LseBase = Literal["e", "2"]
+LseEmpty = Literal["-inf", "+inf"]
 
 # The exception classes a kernel rejects invalid input with, unless it declares others: what
 # Python, NumPy, torch and jax raise for bad shapes and dtypes. Names, not classes, so that
@@ -93,6 +96,14 @@ class Case:
     dropout_p: float = 0.0
     seed: int = 0
     label: str = ""
+    # The variants kernel authors ship (FlashAttention's signature); None is the seed's SDPA. See
+    # conformance/oracle_variants.py for their definitions. ``window`` is (left, right): query i sees
+    # keys i + off - left ... i + off + right (off from the declared causal alignment), a negative
+    # side unbounded. ``softcap`` c > 0 caps the scaled scores to c*tanh(s/c). ``alibi_slopes``,
+    # [Hq] or [B, Hq], adds -slope * |i + off - j| to the score of query i and key j.
+    window: tuple[int, int] | None = None
+    softcap: float | None = None
+    alibi_slopes: np.ndarray | None = None
 
     @property
     def dtype(self) -> str:
@@ -125,6 +136,11 @@ class Case:
     @property
     def Dv(self) -> int:
         return self.value.shape[3]
+
+    @property
+    def has_variant(self) -> bool:
+        """True when the case uses a window, softcap or ALiBi (the seed's SDPA has none of them)."""
+        return self.window is not None or bool(self.softcap) or self.alibi_slopes is not None
 
     @property
     def is_gqa(self) -> bool:
@@ -162,6 +178,13 @@ class Case:
             parts.append(f"scale={self.scale:g}")
         if self.dropout_p:
             parts.append(f"dropout_p={self.dropout_p:g}")
+        if self.window is not None:
+            parts.append(f"window={tuple(self.window)}")
+        if self.softcap:
+            parts.append(f"softcap={self.softcap:g}")
+        if self.alibi_slopes is not None:
+            slopes = np.asarray(self.alibi_slopes)
+            parts.append(f"alibi_slopes{list(slopes.shape)}")
         parts.append(f"seed={self.seed}")
         if self.label:
             parts.append(f"[{self.label}]")
@@ -206,6 +229,15 @@ class Declaration:
     validates_inputs: bool = False
     rejects_with: frozenset[str] = REJECTS_WITH_DEFAULT
     causal_with_mask: bool | None = None
+    # Variants (FlashAttention's signature; conformance/oracle_variants.py): sliding window, softcap,
+    # ALiBi slopes, and a returned log-sum-exp [B, Hq, T] in ``lse_base`` ("e": natural log, "2":
+    # log2) with ``lse_empty`` on rows that see no key (FlashAttention 2 returns +inf there).
+    window: bool = False
+    softcap: bool = False
+    alibi: bool = False
+    returns_lse: bool = False
+    lse_base: LseBase = "e"
+    lse_empty: LseEmpty = "-inf"
     notes: str = ""
 
     def __post_init__(self) -> None:
@@ -222,6 +254,10 @@ class Declaration:
             raise ValueError(f"causal_alignment={self.causal_alignment!r}; one of {CAUSAL_ALIGNMENTS}")
         if self.mask_sense not in ("blocked", "attend"):
             raise ValueError(f"mask_sense={self.mask_sense!r}; 'blocked' or 'attend'")
+        if self.lse_base not in ("e", "2"):
+            raise ValueError(f"lse_base={self.lse_base!r}; 'e' or '2'")
+        if self.lse_empty not in ("-inf", "+inf"):
+            raise ValueError(f"lse_empty={self.lse_empty!r}; '-inf' or '+inf'")
         self._normalise_rejects_with()
 
     def _normalise_rejects_with(self) -> None:
@@ -291,6 +327,12 @@ class Declaration:
             reasons.append(f"declares max head dim {self.max_head_dim}, case has Dk={case.Dk}, Dv={case.Dv}")
         if self.requires_dk_eq_dv and case.Dk != case.Dv:
             reasons.append(f"declares Dk == Dv required, case has Dk={case.Dk}, Dv={case.Dv}")
+        if case.window is not None and not self.window:
+            reasons.append("declares no sliding window support")
+        if case.softcap and not self.softcap:
+            reasons.append("declares no softcap support")
+        if case.alibi_slopes is not None and not self.alibi:
+            reasons.append("declares no ALiBi support")
         return reasons
 
 

@@ -1,0 +1,159 @@
+"""The float64 oracle extended to the variants kernel authors ship: windows, softcap, ALiBi, the lse.
+
+The seed defines ``softmax(QK^T / sqrt(d_k) + M) V``; FlashAttention's signature (and vLLM's, and
+FlexAttention's score mods) adds four things a kernel can get wrong, each defined here once, in
+float64, on the values the kernel receives, and each tested against per-query loops written
+independently (tests/test_oracle_variants.py):
+
+* **softcap** ``c > 0``: the scaled score ``s = scale * q·k`` becomes ``c * tanh(s / c)``, before
+  any mask or bias (FlashAttention's reference ``attention_ref``: ``scores = torch.tanh(scores /
+  softcap) * softcap`` right after the product; Gemma 2's logit soft-capping);
+* **sliding window** ``(left, right)``: query i sees key j only when
+  ``i + off - left <= j <= i + off + right``, a negative side unbounded, where ``off`` is 0 for a
+  top-left and ``S - T`` for a bottom-right alignment (the kernel's declared causal alignment: the
+  window slides along the same diagonal as its causal mask). With ``is_causal`` the two are united
+  (FlashAttention sets ``right = 0`` under causal, which is the same set);
+* **ALiBi**: slopes ``[Hq]`` or ``[B, Hq]`` add ``-slope[b, h] * |i + off - j|`` to the score of query
+  i and key j (after the softcap, like any additive mask), one slope per *query* head;
+* **log-sum-exp**: ``lse = log(sum_j exp(s_j))`` over the visible final scores of a row, in natural
+  log; ``-inf`` on a row that sees no key.
+
+Everything else (mask, additive bias, ``is_causal`` in the declared alignment, GQA head mapping,
+all-blocked fills) is the base oracle's (:mod:`conformance.oracle`), reused, not rewritten.
+:func:`lower` turns a variant case into a base case that means the same thing in float64 (the
+window folded into the boolean mask, ALiBi and the softcap's change of each score into the
+additive bias), which is how the harness sizes allowances for variant cases with the one error model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from conformance.contract import Case
+from conformance.oracle import Forward, blocked_and_bias, expand_kv
+
+
+@dataclass(frozen=True)
+class VariantForward(Forward):
+    """The base oracle's :class:`~conformance.oracle.Forward` plus the log-sum-exp of every row."""
+
+    lse: np.ndarray | None = None  # [B, Hq, T] float64, natural log; -inf on rows that see no key
+
+
+def _offset(T: int, S: int, alignment: str) -> int:
+    if alignment not in ("top-left", "bottom-right"):
+        raise ValueError(f"unknown causal alignment {alignment!r}")
+    return 0 if alignment == "top-left" else S - T
+
+
+def window_blocked(T: int, S: int, window: tuple[int, int], alignment: str = "top-left") -> np.ndarray:
+    """[T, S] bool, True where query i may not see key j under the sliding window (left, right)."""
+    left, right = (int(w) for w in window)
+    off = _offset(T, S, alignment)
+    i = np.arange(T)[:, None]
+    j = np.arange(S)[None, :]
+    blocked = np.zeros((T, S), dtype=bool)
+    if left >= 0:
+        blocked |= j < i + off - left
+    if right >= 0:
+        blocked |= j > i + off + right
+    return blocked
+
+
+def alibi_slopes_for(n_heads: int) -> np.ndarray:
+    """The ALiBi paper's slopes for ``n_heads`` heads (Press et al., 2022, and its reference code).
+
+    For a power of two n: the geometric sequence starting at, and with ratio, 2^(-8/n). Otherwise
+    the slopes of the nearest lower power of two m, followed by every other slope of 2m (the case
+    kernels that assume a power of two get wrong). Clauses feed these as inputs; this is the
+    customary choice of values, not part of what a kernel computes.
+    """
+    if n_heads < 1:
+        raise ValueError(f"n_heads={n_heads} must be positive")
+
+    def pow2(n: int) -> list[float]:
+        start = 2.0 ** (-8.0 / n)
+        return [start ** (k + 1) for k in range(n)]
+
+    m = 1 << (n_heads.bit_length() - 1)
+    if m == n_heads:
+        return np.array(pow2(n_heads))
+    return np.array(pow2(m) + pow2(2 * m)[0::2][: n_heads - m])
+
+
+def alibi_bias(slopes: np.ndarray, B: int, Hq: int, T: int, S: int, alignment: str = "top-left") -> np.ndarray:
+    """[B, Hq, T, S] float64: ``-slope[b, h] * |i + off - j|``; slopes of shape [Hq] or [B, Hq]."""
+    sl = np.asarray(slopes, dtype=np.float64)
+    if sl.shape == (Hq,):
+        sl = np.broadcast_to(sl, (B, Hq))
+    if sl.shape != (B, Hq):
+        raise ValueError(f"alibi_slopes of shape {list(np.shape(slopes))}; expected [{Hq}] or [{B}, {Hq}]")
+    off = _offset(T, S, alignment)
+    dist = np.abs(np.arange(T)[:, None] + off - np.arange(S)[None, :]).astype(np.float64)
+    return -sl[:, :, None, None] * dist
+
+
+def scores(case: Case, causal_alignment: str = "top-left") -> tuple[np.ndarray, np.ndarray]:
+    """(final scores, blocked), both [B, Hq, T, S]: softcapped scaled products plus the additive
+    bias and ALiBi; blocked is the union of mask, causal, ``-inf`` bias and window. Scores at
+    blocked positions are finite and meaningless."""
+    q = np.asarray(case.query).astype(np.float64)
+    k = expand_kv(np.asarray(case.key).astype(np.float64), case.Hq)
+    s = np.einsum("bhtd,bhsd->bhts", q, k) * case.effective_scale
+    if case.softcap:
+        c = float(case.softcap)
+        s = c * np.tanh(s / c)
+    blocked, bias = blocked_and_bias(case, causal_alignment)
+    if case.window is not None:
+        blocked = blocked | window_blocked(case.T, case.S, case.window, causal_alignment)
+    if case.alibi_slopes is not None:
+        bias = bias + alibi_bias(case.alibi_slopes, case.B, case.Hq, case.T, case.S, causal_alignment)
+    return s + bias, blocked
+
+
+def forward(case: Case, *, all_blocked: str = "zeros", causal_alignment: str = "top-left") -> VariantForward:
+    """The float64 forward of a variant case (a base case gives the base oracle's answer)."""
+    s, blocked = scores(case, causal_alignment)
+    s = np.where(blocked, -np.inf, s)
+    empty = blocked.all(axis=-1)
+    row_max = np.where(empty, 0.0, s.max(axis=-1))
+    e = np.exp(s - row_max[..., None])
+    denom = e.sum(axis=-1)
+    weights = np.divide(e, denom[..., None], out=np.zeros_like(e), where=denom[..., None] > 0)
+    if all_blocked == "nan":
+        weights[empty] = np.nan
+    elif all_blocked == "mean-v":
+        weights[empty] = 1.0 / case.S
+    elif all_blocked != "zeros":
+        raise ValueError(f"unknown all_blocked policy {all_blocked!r}")
+    v = expand_kv(np.asarray(case.value).astype(np.float64), case.Hq)
+    out = np.einsum("bhts,bhsd->bhtd", weights, v)
+    with np.errstate(divide="ignore"):
+        lse = np.where(empty, -np.inf, row_max + np.log(np.where(empty, 1.0, denom)))
+    return VariantForward(out=out, weights=weights, blocked=blocked, all_blocked=empty, lse=lse)
+
+
+def lower(case: Case, causal_alignment: str = "top-left") -> Case:
+    """A base case (no window, softcap or ALiBi) whose float64 meaning is that of ``case``.
+
+    The window and ``is_causal`` become blocked positions, ALiBi and the softcap's change of each
+    score (``c tanh(s/c) - s``, computed from the rounded inputs in float64) an additive bias. Where
+    the case had only an additive bias, blocked positions are written into it as ``-inf`` so that a
+    kernel's declared fill for bias-emptied rows still applies. Only the harness's allowances use
+    this; expected values come from :func:`forward`.
+    """
+    if not case.has_variant:
+        return case
+    final, blocked = scores(case, causal_alignment)
+    q = np.asarray(case.query).astype(np.float64)
+    k = expand_kv(np.asarray(case.key).astype(np.float64), case.Hq)
+    plain = np.einsum("bhtd,bhsd->bhts", q, k) * case.effective_scale
+    bias = final - plain
+    if case.bias is None and not case.softcap and case.alibi_slopes is None:
+        bias = None  # a window alone changes only what is blocked
+    base = dict(window=None, softcap=None, alibi_slopes=None, is_causal=False)
+    if case.mask is None and case.bias is not None:
+        return case.replace(bias=np.where(blocked, -np.inf, bias), **base)
+    return case.replace(mask=blocked, bias=bias, **base)

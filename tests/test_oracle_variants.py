@@ -1,0 +1,193 @@
+"""The variant oracle (conformance.oracle_variants) against computations that share none of its code.
+
+The reference here is a per-query loop written from the definitions as FlashAttention documents
+them (window: keys ``[i + S_k - S_q - left, i + S_k - S_q + right]`` inclusive for the bottom-right
+alignment; ALiBi: ``-slope * |i + S_k - S_q - j|``; softcap ``c * tanh(s / c)`` on the scaled
+product; lse the log of the softmax's normaliser), one scalar at a time with ``math``; plus the
+identities the definitions imply (a window wide enough is no window, a huge softcap is none, ALiBi
+with zero slopes is none, lse - max is in [0, log S], exp(s - lse) are the weights), the ALiBi
+paper's slopes pinned, and :func:`lower` giving the base oracle the same answer.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from conformance import oracle, oracle_variants
+from conformance.harness.cases import random_case, random_mask
+
+
+def loop_variant(case, alignment: str) -> tuple[np.ndarray, np.ndarray]:
+    """(out [B,Hq,T,Dv], lse [B,Hq,T]) one query row at a time, from the definitions."""
+    q, k, v = (np.asarray(x, dtype=np.float64) for x in (case.query, case.key, case.value))
+    B, Hq, T, D = q.shape
+    S, g = k.shape[2], Hq // k.shape[1]
+    mask = None if case.mask is None else np.broadcast_to(case.mask, (B, Hq, T, S))
+    slopes = None
+    if case.alibi_slopes is not None:
+        slopes = np.broadcast_to(np.asarray(case.alibi_slopes, dtype=np.float64), (B, Hq))
+    out = np.zeros((B, Hq, T, v.shape[3]))
+    lse = np.full((B, Hq, T), -math.inf)
+    for b in range(B):
+        for h in range(Hq):
+            for i in range(T):
+                pos = i + (S - T if alignment == "bottom-right" else 0)  # the query's place on the key axis
+                row = []
+                for j in range(S):
+                    if mask is not None and mask[b, h, i, j]:
+                        continue
+                    if case.is_causal and j > pos:
+                        continue
+                    if case.window is not None:
+                        left, right = case.window
+                        if left >= 0 and j < pos - left:
+                            continue
+                        if right >= 0 and j > pos + right:
+                            continue
+                    s = case.effective_scale * sum(q[b, h, i, d] * k[b, h // g, j, d] for d in range(D))
+                    if case.softcap:
+                        s = case.softcap * math.tanh(s / case.softcap)
+                    if slopes is not None:
+                        s -= slopes[b, h] * abs(pos - j)
+                    row.append((j, s))
+                if not row:
+                    continue
+                top = max(s for _, s in row)
+                z = math.fsum(math.exp(s - top) for _, s in row)
+                lse[b, h, i] = top + math.log(z)
+                for j, s in row:
+                    out[b, h, i] += math.exp(s - top) / z * v[b, h // g, j]
+    return out, lse
+
+
+WINDOWS = [(2, 0), (0, 0), (1, 1), (3, -1), (-1, 2), (-1, -1), (0, 3)]
+
+
+@pytest.mark.parametrize("alignment", ["top-left", "bottom-right"])
+@pytest.mark.parametrize("T,S", [(4, 7), (7, 4), (5, 5), (1, 6)])
+def test_forward_and_lse_match_per_query_loop(T, S, alignment):
+    for seed, window in enumerate(WINDOWS):
+        Hq = (6, 3, 5)[seed % 3]  # head counts that are not powers of two
+        Hkv = {6: 2, 3: 1, 5: 5}[Hq]
+        B = 2
+        slopes = None
+        if seed % 2 == 0:
+            slopes = oracle_variants.alibi_slopes_for(Hq)
+        elif seed % 3 == 1:
+            slopes = np.random.default_rng(seed).uniform(0.01, 1.0, (B, Hq))
+        case = random_case(
+            seed,
+            B=B,
+            Hq=Hq,
+            Hkv=Hkv,
+            T=T,
+            S=S,
+            Dk=5,
+            Dv=3,
+            dtype="float64",
+            magnitude=2.0,
+            mask=random_mask(seed, (B, 1, T, S), p_blocked=0.25) if seed % 3 == 2 else None,
+            is_causal=seed % 4 == 1,
+            scale=None if seed % 2 else 0.7,
+        ).replace(window=window, softcap=(None, 1.5, 30.0)[seed % 3], alibi_slopes=slopes)
+        got = oracle_variants.forward(case, causal_alignment=alignment)
+        want_out, want_lse = loop_variant(case, alignment)
+        np.testing.assert_allclose(got.out, want_out, rtol=1e-12, atol=1e-13, err_msg=case.describe())
+        assert np.array_equal(np.isneginf(got.lse), np.isneginf(want_lse)), case.describe()
+        live = np.isfinite(want_lse)
+        np.testing.assert_allclose(got.lse[live], want_lse[live], rtol=1e-12, atol=1e-12, err_msg=case.describe())
+
+
+def test_window_examples_from_flash_attention_docstring():
+    """FlashAttention's docstring draws the bottom-right causal mask for (2, 5) and (5, 2)."""
+    causal = (-1, 0)
+    keep_2x5 = ~oracle_variants.window_blocked(2, 5, causal, "bottom-right")
+    assert keep_2x5.astype(int).tolist() == [[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]]
+    keep_5x2 = ~oracle_variants.window_blocked(5, 2, causal, "bottom-right")
+    assert keep_5x2.astype(int).tolist() == [[0, 0], [0, 0], [0, 0], [1, 0], [1, 1]]
+    # the same causal pattern as the base oracle's, in both alignments
+    for align in ("top-left", "bottom-right"):
+        for T, S in ((2, 5), (5, 2), (4, 4)):
+            got = oracle_variants.window_blocked(T, S, causal, align)
+            assert np.array_equal(got, oracle.causal_blocked(T, S, align))
+
+
+def test_window_width_counts_keys_inclusively():
+    """(left, 0) lets each query see itself and exactly ``left`` earlier keys (where they exist)."""
+    keep = ~oracle_variants.window_blocked(6, 6, (2, 0), "top-left")
+    assert keep.sum(axis=1).tolist() == [1, 2, 3, 3, 3, 3]
+    keep = ~oracle_variants.window_blocked(6, 6, (1, 2), "top-left")
+    assert keep[3].nonzero()[0].tolist() == [2, 3, 4, 5]
+
+
+def test_identities():
+    case = random_case(5, B=2, Hq=3, T=4, S=6, Dk=8, dtype="float64", magnitude=1.5)
+    base = oracle.forward(case).out
+    wide = oracle_variants.forward(case.replace(window=(6, 6))).out
+    np.testing.assert_allclose(wide, base, rtol=0, atol=1e-15)
+    huge_cap = oracle_variants.forward(case.replace(softcap=1e9)).out
+    np.testing.assert_allclose(huge_cap, base, rtol=1e-12, atol=1e-14)
+    zero_slopes = oracle_variants.forward(case.replace(alibi_slopes=np.zeros(3))).out
+    np.testing.assert_allclose(zero_slopes, base, rtol=0, atol=1e-15)
+    f = oracle_variants.forward(case.replace(softcap=2.0, alibi_slopes=oracle_variants.alibi_slopes_for(3)))
+    s, blocked = oracle_variants.scores(case.replace(softcap=2.0, alibi_slopes=oracle_variants.alibi_slopes_for(3)))
+    assert not blocked.any()
+    excess = f.lse - s.max(axis=-1)
+    assert (excess >= 0).all() and (excess <= math.log(case.S) + 1e-12).all()
+    np.testing.assert_allclose(np.exp(s - f.lse[..., None]), f.weights, rtol=1e-12, atol=1e-15)
+
+
+def test_empty_rows_have_lse_minus_inf_and_the_declared_fill():
+    # bottom-right causal with T > S leaves the first T - S queries without keys
+    case = random_case(2, B=1, Hq=2, T=5, S=2, Dk=4, dtype="float64", is_causal=True).replace(window=(1, 0))
+    f = oracle_variants.forward(case, causal_alignment="bottom-right")
+    assert np.isneginf(f.lse[..., :3]).all() and np.isfinite(f.lse[..., 3:]).all()
+    assert (f.out[..., :3, :] == 0).all()
+    nan = oracle_variants.forward(case, all_blocked="nan", causal_alignment="bottom-right")
+    assert np.isnan(nan.out[..., :3, :]).all()
+
+
+def test_alibi_slopes_match_the_paper():
+    """The reference implementation's values (ofirpress/attention_with_linear_biases, get_slopes)."""
+    np.testing.assert_allclose(oracle_variants.alibi_slopes_for(8), [2.0**-k for k in range(1, 9)], rtol=1e-15)
+    np.testing.assert_allclose(oracle_variants.alibi_slopes_for(4), [2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8], rtol=1e-15)
+    # 6 heads: the 4-head slopes, then every other 8-head slope
+    np.testing.assert_allclose(
+        oracle_variants.alibi_slopes_for(6), [2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8, 2.0**-1, 2.0**-3], rtol=1e-15
+    )
+    twelve = oracle_variants.alibi_slopes_for(12)
+    assert len(twelve) == 12 and twelve[8] == pytest.approx(2.0**-0.5) and twelve[11] == pytest.approx(2.0**-3.5)
+
+
+def test_alibi_slopes_must_match_the_heads():
+    with pytest.raises(ValueError, match="alibi_slopes"):
+        oracle_variants.alibi_bias(np.ones(4), 2, 3, 2, 2)
+
+
+@pytest.mark.parametrize("alignment", ["top-left", "bottom-right"])
+def test_lower_means_the_same_in_float64(alignment):
+    """The base oracle on the lowered case gives the variant oracle's answer."""
+    for seed, (mask, bias) in enumerate(((True, False), (False, True), (False, False), (True, True))):
+        B, Hq, T, S = 2, 3, 4, 6
+        case = random_case(
+            seed,
+            B=B,
+            Hq=Hq,
+            T=T,
+            S=S,
+            Dk=8,
+            dtype="float32",
+            magnitude=2.0,
+            is_causal=seed % 2 == 0,
+            mask=random_mask(seed, (B, Hq, T, S), p_blocked=0.3) if mask else None,
+            bias=np.random.default_rng(seed).standard_normal((1, 1, T, S)) if bias else None,
+        ).replace(window=(2, 1), softcap=3.0 if seed != 2 else None, alibi_slopes=oracle_variants.alibi_slopes_for(3))
+        low = oracle_variants.lower(case, alignment)
+        assert not low.has_variant and not low.is_causal
+        want = oracle_variants.forward(case, causal_alignment=alignment)
+        got = oracle.forward(low, causal_alignment=alignment)
+        np.testing.assert_allclose(got.out, want.out, rtol=1e-12, atol=1e-13)
+        assert np.array_equal(got.blocked, want.blocked)
