@@ -21,7 +21,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from conformance import oracle
+from conformance import oracle, oracle_variants
 from conformance.contract import Case, Declaration
 from conformance.harness import ensemble, tolerance
 from conformance.harness.impl import Impl
@@ -65,6 +65,9 @@ def case_key(case: Case) -> str:
             h.update(str((a.dtype.str, a.shape)).encode())
             h.update(a.tobytes())
     h.update(repr((case.is_causal, case.scale, case.dropout_p)).encode())
+    if case.has_variant:
+        slopes = None if case.alibi_slopes is None else np.asarray(case.alibi_slopes, dtype=np.float64)
+        h.update(repr((case.window, case.softcap, None if slopes is None else slopes.tolist())).encode())
     return h.hexdigest()
 
 
@@ -89,8 +92,17 @@ def _work_dtype(case: Case, decl: Declaration) -> str | None:
 
 
 def expected(case: Case, decl: Declaration) -> oracle.Forward:
-    """The oracle's forward for ``case`` under ``decl``'s conventions."""
-    return _cached("fwd", case, decl, lambda: oracle.forward(case, **_conventions(case, decl)))
+    """The oracle's forward for ``case`` under ``decl``'s conventions (a variant case: the variant
+    oracle's, whose result also carries the lse)."""
+    fwd = oracle_variants.forward if case.has_variant else oracle.forward
+    return _cached("fwd", case, decl, lambda: fwd(case, **_conventions(case, decl)))
+
+
+def _lowered(case: Case, decl: Declaration) -> Case:
+    """A variant case's allowances are those of the base case that means the same in float64
+    (oracle_variants.lower: window -> mask, ALiBi and the softcap's change of each score -> bias);
+    the model is then conservative where a kernel keeps ALiBi or the cap in float32."""
+    return oracle_variants.lower(case, decl.causal_alignment)
 
 
 def _row_model(case: Case, decl: Declaration) -> tolerance.RowModel:
@@ -110,6 +122,8 @@ def _output_bound(case: Case, decl: Declaration) -> np.ndarray:
 def output_allowance(case: Case, decl: Declaration | None = None) -> np.ndarray:
     """Per-element allowance for the output of ``case``: max(first-order bound, 2 x ensemble spread)."""
     decl = decl or _DEFAULT
+    if case.has_variant:
+        return output_allowance(_lowered(case, decl), decl)
 
     def compute():
         members = ensemble.forward_members(case, work_dtype=_work_dtype(case, decl), **_conventions(case, decl))
@@ -122,6 +136,8 @@ def output_allowance(case: Case, decl: Declaration | None = None) -> np.ndarray:
 def weights_allowance(case: Case, decl: Declaration | None = None) -> np.ndarray:
     """Per-element allowance for the weights of ``case`` as observed (own weights or the V = I probe)."""
     decl = decl or _DEFAULT
+    if case.has_variant:
+        return weights_allowance(_lowered(case, decl), decl)
 
     def compute():
         probe = probe_case(case)
@@ -138,6 +154,8 @@ def grad_allowance(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-element allowances for (dQ, dK, dV) of ``case`` with cotangent ``grad_out``."""
     decl = decl or _DEFAULT
+    if case.has_variant:
+        return grad_allowance(_lowered_for_grad(case, decl), grad_out, decl)
 
     def compute():
         fwd = expected(case, decl)
@@ -154,12 +172,22 @@ def grad_allowance(
     return _cached("gallow:" + _digest(grad_out), case, decl, compute)
 
 
+def _lowered_for_grad(case: Case, decl: Declaration) -> Case:
+    """Window and ALiBi do not depend on Q and K, so the lowered case has the same VJP; the softcap
+    does (its derivative 1 - tanh^2 scales dS), and no oracle VJP for it exists yet."""
+    if case.softcap:
+        raise ValueError(f"no oracle VJP for softcap cases yet: {case.describe()}")
+    return _lowered(case, decl)
+
+
 def _digest(a: np.ndarray) -> str:
     return hashlib.blake2b(np.ascontiguousarray(a).tobytes(), digest_size=16).hexdigest()
 
 
 def expected_vjp(case: Case, grad_out: np.ndarray, decl: Declaration) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The oracle's (dQ, dK, dV) for ``case`` and cotangent ``grad_out`` under ``decl``'s conventions."""
+    if case.has_variant:
+        return expected_vjp(_lowered_for_grad(case, decl), grad_out, decl)
     return _cached(
         "vjp:" + _digest(grad_out), case, decl, lambda: oracle.vjp(case, grad_out, **_conventions(case, decl))
     )

@@ -45,6 +45,9 @@ def declarations_ruling_out(case: Case, decl: Declaration) -> list[str]:
         (case.dropout_p > 0, "dropout=false"),
         (case.Dk != case.Dv, "requires_dk_eq_dv=true"),
         (max(case.Dk, case.Dv) > 1, f"max_head_dim={max(case.Dk, case.Dv) - 1}"),
+        (case.window is not None, "window=false"),
+        (bool(case.softcap), "softcap=false"),
+        (case.alibi_slopes is not None, "alibi=false"),
     )
     return [flag for cond, flag in checks if cond]
 
@@ -145,6 +148,8 @@ class Impl:
             inputs.append(("mask", case.mask))
         if case.bias is not None:
             inputs.append(("bias", case.bias))
+        if case.alibi_slopes is not None:
+            inputs.append(("alibi_slopes", case.alibi_slopes))
         inputs.extend(extra_inputs)
         snapshots = [(n, np.array(a, copy=True)) for n, a in inputs]
         self.calls += 1
@@ -224,6 +229,24 @@ class Impl:
         out = self._check_array(res[0], "output", case.out_shape, case, inputs)
         w = self._check_array(res[1], "weights", case.weights_shape, case, inputs)
         return out, w
+
+    def forward_with_lse(self, case: Case) -> tuple[np.ndarray, np.ndarray]:
+        """(output, lse): the lse [B, Hq, T] in any float dtype (kernels keep it in float32)."""
+        self.require(case)
+        if not self.declaration.returns_lse:
+            self.not_applicable("declares returns_lse=False")
+        res, inputs = self._guarded(case, "forward_with_lse", lambda: self.adapter.forward_with_lse(case))
+        if not (isinstance(res, tuple) and len(res) == 2):
+            raise AdapterError(f"{self.name}.forward_with_lse returned {type(res).__name__}, not (out, lse)", case)
+        out = self._check_array(res[0], "output", case.out_shape, case, inputs)
+        lse = res[1]
+        if not isinstance(lse, np.ndarray) or lse.dtype.kind != "f":
+            raise AdapterError(
+                f"{self.name}: lse is {type(lse).__name__} {getattr(lse, 'dtype', '')}, not a float array", case
+            )
+        if lse.shape != (case.B, case.Hq, case.T):
+            raise AdapterError(f"{self.name}: lse.shape={lse.shape}, but should be {(case.B, case.Hq, case.T)}", case)
+        return out, lse
 
     def vjp(self, case: Case, grad_out: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         self.require(case)
