@@ -18,12 +18,25 @@ An adapter is any object with:
 
 The declaration says what the kernel supports and which conventions it follows; the suite selects
 clauses from it and tests every declared convention *as declared*.
+
+Optional, for the performance profile (``pytest --conformance-perf``; conformance/harness/perf*.py).
+An adapter without them is still profiled, through ``forward``/``vjp``, and the report says so:
+
+    def prepare(self, case) -> handle                # inputs converted and placed on the device, once
+    def run(self, handle) -> result                  # the kernel alone; returns when the result is complete
+    def fetch(self, result) -> np.ndarray            # the result back to NumPy (not timed)
+    def prepare_backward(self, case, grad_out) -> handle
+    def run_backward(self, handle) -> grads          # forward + backward on prepared inputs
+    def device_times(self, handle, n, backward=False) -> list[float]   # device timestamps (CUDA events)
+    def kernel_ran(self, case) -> (backend, evidence)  # which kernel actually ran, and how that is known
+    framework: str                                   # "numpy", "torch" or "jax": whose GEMMs are its floor
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
@@ -45,6 +58,8 @@ ALL_BLOCKED_POLICIES: tuple[str, ...] = ("zeros", "nan", "mean-v")
 CausalAlignment = Literal["top-left", "bottom-right"]
 CAUSAL_ALIGNMENTS: tuple[str, ...] = ("top-left", "bottom-right")
 MaskSense = Literal["blocked", "attend"]
+MemoryScaling = Literal["linear", "quadratic"]
+MEMORY_SCALINGS: tuple[str, ...] = ("linear", "quadratic")
 LseBase = Literal["e", "2"]
 LseEmpty = Literal["-inf", "+inf"]
 
@@ -238,6 +253,13 @@ class Declaration:
     returns_lse: bool = False
     lse_base: LseBase = "e"
     lse_empty: LseEmpty = "-inf"
+    # Performance claims (issue 11; tested by the perf profile's clauses, conformance/clauses/test_perf.py):
+    # ``memory_scaling``: how the forward's peak extra memory grows with S at T = S ("linear": the
+    # T x S matrix is never stored, FlashAttention-style; None: not claimed, measured and reported).
+    # ``backend``: the kernel the adapter claims runs (e.g. "flash", "math", "cudnn", "xla"), which
+    # its ``kernel_ran`` report must show; None: not claimed.
+    memory_scaling: MemoryScaling | None = None
+    backend: str | None = None
     notes: str = ""
 
     def __post_init__(self) -> None:
@@ -258,6 +280,10 @@ class Declaration:
             raise ValueError(f"lse_base={self.lse_base!r}; 'e' or '2'")
         if self.lse_empty not in ("-inf", "+inf"):
             raise ValueError(f"lse_empty={self.lse_empty!r}; '-inf' or '+inf'")
+        if self.memory_scaling not in (None, *MEMORY_SCALINGS):
+            raise ValueError(f"memory_scaling={self.memory_scaling!r}; one of {MEMORY_SCALINGS} or None")
+        if self.backend is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:+/-]*", self.backend):
+            raise ValueError(f"backend={self.backend!r}: a kernel name such as flash, math, cudnn or xla")
         self._normalise_rejects_with()
 
     def _normalise_rejects_with(self) -> None:
