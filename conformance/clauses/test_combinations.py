@@ -203,7 +203,7 @@ def _check_empty_rows(impl: Impl, case: Case) -> None:
     live = out[~empty]
     if not np.all(np.isfinite(live)):
         fail(f"rows with a visible key must be finite; {int((~np.isfinite(live)).sum())} elements are not", case)
-    compare.assert_close("output", raw, want.out, case, decl)
+    compare.assert_close(raw, want.out, case=case, decl=decl)
     if policy == "zeros":
         w = observe_weights(impl, case)
         check(bool(np.all(w[empty] == 0)), f"{where} must have weights exactly 0 (declared policy: zeros)", case)

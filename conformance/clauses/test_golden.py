@@ -46,7 +46,7 @@ def _check_fixture(impl, fx: fixtures.GoldenFixture) -> list[str]:
     found = []
     out = impl.forward(case)
     try:
-        compare.assert_close("output", out, fx.expected["out"], case, decl)
+        compare.assert_close(out, fx.expected["out"], case=case, decl=decl)
     except ClauseViolation as exc:
         found.append(str(exc))
     w = observe_weights(impl, case)

@@ -78,7 +78,7 @@ def _check(impl, case: Case) -> None:
     policy = decl.all_blocked_policy(case)
     want = oracle.forward_blocked(case, all_blocked=policy, causal_alignment=decl.causal_alignment)
     try:
-        compare.assert_close("output", out, want.out, case, decl)
+        compare.assert_close(out, want.out, case=case, decl=decl)
     except ClauseViolation as exc:
         raise ClauseViolation(f"{exc}\n  S={case.S}: keys past {(case.S // 64) * 64} form the tail tile") from None
 

@@ -81,6 +81,6 @@ def test_long_keys_ci(impl, dtype):
             case, all_blocked=decl.all_blocked_policy(case), causal_alignment=decl.causal_alignment
         )
         try:
-            compare.assert_close("output", out, want.out, case, decl)
+            compare.assert_close(out, want.out, case=case, decl=decl)
         except ClauseViolation as exc:
             raise ClauseViolation(f"{exc}\n  needles (query t reads key): {list(needles_for(S))}", case) from None

@@ -88,7 +88,7 @@ def test_all_blocked_rows(impl, dtype):
     live = ~empty
     if not np.all(np.isfinite(np.asarray(out, dtype=np.float64)[live])):
         fail("rows with visible keys must be finite", case)
-    compare.assert_close("output", out, want.out, case, decl)
+    compare.assert_close(out, want.out, case=case, decl=decl)
     w = observe_weights(impl, case)
     if policy == "zeros":
         check(

@@ -77,4 +77,4 @@ def test_upcast_before_product(impl, dtype):
                 case,
             )
         decl = impl.declaration
-        compare.assert_close("output", out, compare.expected(case, decl).out, case, decl)
+        compare.assert_close(out, compare.expected(case, decl).out, case=case, decl=decl)

@@ -60,7 +60,7 @@ def test_large_logits_finite(impl, dtype):
             case,
         )
     decl = impl.declaration
-    compare.assert_close("output", out, compare.expected(case, decl).out, case, decl)
+    compare.assert_close(out, compare.expected(case, decl).out, case=case, decl=decl)
 
 
 @clause(

@@ -49,7 +49,7 @@ def test_calls_are_independent(impl, dtype):
         )
     for i, (case, out) in enumerate(zip((a, b, a, b), results), start=1):
         try:
-            compare.assert_close("output", out, compare.expected(case, decl).out, case, decl)
+            compare.assert_close(out, compare.expected(case, decl).out, case=case, decl=decl)
         except AssertionError as exc:
             why = (
                 ""

@@ -44,4 +44,4 @@ def test_worked_example(impl, dtype):
         impl.require(case)
         out = impl.forward(case)
         want = np.array(article).reshape(1, 1, 1, 2)
-        compare.assert_close("output", out, want, case, decl=impl.declaration)
+        compare.assert_close(out, want, case=case, decl=impl.declaration)

@@ -207,13 +207,19 @@ def _rule(case: Case, decl: Declaration, what: str) -> str:
     return rule
 
 
-def assert_close(what: str, actual: np.ndarray, want: np.ndarray, case: Case, decl: Declaration | None = None) -> None:
+def assert_close(
+    actual: np.ndarray, want: np.ndarray, *, case: Case, decl: Declaration | None = None, what: str = "output"
+) -> None:
     """Fail with a mismatch report unless ``actual`` is within the output allowance of ``case``.
+
+    Shaped like ``torch.testing.assert_close(actual, expected, *, ...)``: the two arrays first, the
+    context by keyword; hidden from pytest's traceback, so a failure points at the clause's line.
 
     ``want`` is the float64 answer for ``case`` (the oracle's, a stored fixture's, the blocked
     oracle's); the allowance depends on the case and ``decl`` (its conventions and rule dtype,
     ``Declaration.tolerance_dtype``); without ``decl``, the spec's conventions and the case's dtype.
     """
+    __tracebackhide__ = True
     decl = decl or _DEFAULT
     allowed = _must_be_finite(output_allowance(case, decl))
     msg = _mismatch(what, actual, want, allowed, _rule(case, decl, "output"), case)
@@ -223,14 +229,16 @@ def assert_close(what: str, actual: np.ndarray, want: np.ndarray, case: Case, de
 
 def assert_output_matches(impl: Impl, case: Case) -> np.ndarray:
     """Run the kernel on ``case`` and compare its output with the oracle; returns the output."""
+    __tracebackhide__ = True
     out = impl.forward(case)
     decl = impl.declaration
-    assert_close("output", out, expected(case, decl).out, case, decl)
+    assert_close(out, expected(case, decl).out, case=case, decl=decl)
     return out
 
 
 def assert_blocked_zero(w: np.ndarray, blocked: np.ndarray, case: Case, context: str = "") -> None:
     """Blocked positions carry weight exactly 0: what -inf gives, and what no finite fill does."""
+    __tracebackhide__ = True
     leaked = blocked & (w != 0)
     if leaked.any():
         idx = tuple(int(i) for i in np.argwhere(leaked)[0])
@@ -248,6 +256,7 @@ def assert_weights_match(impl: Impl, case: Case, what: str = "weights") -> np.nd
     Visible weights of an ill-conditioned row (|scores| so large that u*|s| >= 1) have an unbounded
     allowance: the model cannot promise them, but they must still be finite.
     """
+    __tracebackhide__ = True
     w = observe_weights(impl, case)
     decl = impl.declaration
     want = expected(case, decl)
@@ -264,6 +273,7 @@ def assert_weights_match(impl: Impl, case: Case, what: str = "weights") -> np.nd
 def assert_equivalent(impl: Impl, case: Case, other: Case, why: str) -> tuple[np.ndarray, np.ndarray]:
     """Two cases that must mean the same thing: each output matches the oracle, and the two outputs
     match each other within the sum of their allowances (each may carry one allowance of error)."""
+    __tracebackhide__ = True
     out = assert_output_matches(impl, case)
     out_other = assert_output_matches(impl, other)
     decl = impl.declaration
@@ -287,6 +297,7 @@ def assert_vjp_matches(impl: Impl, case: Case, grad_out: np.ndarray) -> tuple[np
     Non-finite gradients are reported as such first: NaN leaking through the backward pass is the
     failure the spec warns about (000 §8), and it deserves its own sentence.
     """
+    __tracebackhide__ = True
     grads = impl.vjp(case, grad_out)
     decl = impl.declaration
     want = expected_vjp(case, grad_out, decl)
