@@ -5,7 +5,12 @@ an online (running max, running sum) softmax, low-precision inputs are upcast to
 QK^T product (000_f3dcd408372d9e02.txt §8, "先提高精度，再做点积"), probabilities are formed in the
 working precision, and each (batch, head) slice is computed on its own so that an item's result
 never depends on the rest of the batch. Its backward recomputes the probabilities (as
-FlashAttention does) instead of storing them. Because it shares no code with
+FlashAttention does) instead of storing them, and ``forward`` never holds anything of size T x S: a
+first pass over the key tiles finds each row's max and denominator, a second recomputes the tile's
+probabilities and accumulates P V, so its peak extra memory grows linearly in S at T = S (declared
+``memory_scaling="linear"`` and measured by MEM-SCALING-01; ``forward_with_weights`` returns the
+weights, and the dropout path draws a [B, H, T, S] keep-mask, so those two are quadratic). The
+probabilities of both passes are the very numbers ``forward_with_weights`` returns. Because it shares no code with
 ``conformance.oracle``, agreement between the two is evidence about both.
 
 Conventions: boolean mask True = blocked (the suite's own); all-blocked rows give zero weights,
@@ -21,6 +26,7 @@ import numpy as np
 from conformance.contract import Case, Declaration, np_dtype
 
 TILE = 16
+CHUNK = 256  # keys per P V product in the streaming forward's second pass (tiles of TILE in the first)
 
 
 def _validate(case: Case) -> None:
@@ -65,8 +71,13 @@ class NumpyAdapter:
             batch_invariant=True,
             returns_weights=True,
             validates_inputs=True,
-            notes="tiled online-softmax NumPy kernel; float32 compute for float32/float16/bfloat16",
+            memory_scaling="linear",
+            backend="numpy-tiled",
+            notes="tiled online-softmax NumPy kernel; float32 compute for float32/float16/bfloat16; "
+            "forward without dropout streams keys (linear memory), the weights and dropout paths keep T x S",
         )
+
+    framework = "numpy"
 
     # -- pieces ----------------------------------------------------------------------------------
     @staticmethod
@@ -88,6 +99,60 @@ class NumpyAdapter:
             rows = np.arange(case.T)[:, None]
             add[np.arange(case.S)[None, :] > rows + shift] = -np.inf
         return add
+
+    def _additive_tile(self, case: Case, b: int, h: int, start: int, stop: int) -> np.ndarray:
+        """Columns ``start:stop`` of :meth:`_additive`, computed without the other columns."""
+        work = self._work(case)
+        add = np.zeros((case.T, stop - start), dtype=work)
+        full = (case.B, case.Hq, case.T, case.S)
+        if case.bias is not None:
+            bias = np.broadcast_to(np.asarray(case.bias, dtype=np.float64), full)[b, h, :, start:stop]
+            add += bias.astype(work)
+        if case.mask is not None:
+            add[np.broadcast_to(np.asarray(case.mask, dtype=bool), full)[b, h, :, start:stop]] = -np.inf
+        if case.is_causal:
+            shift = 0 if self.declaration.causal_alignment == "top-left" else case.S - case.T
+            add[np.arange(start, stop)[None, :] > np.arange(case.T)[:, None] + shift] = -np.inf
+        return add
+
+    def _streamed_slice(self, case: Case, b: int, h: int) -> np.ndarray:
+        """One (batch, head) output of the streaming forward, [T, Dv] in the working precision."""
+        work = self._work(case)
+        lowp = np_dtype(case.dtype)
+        g = case.Hq // case.Hkv
+        q = case.query[b, h].astype(work)
+        k = case.key[b, h // g].astype(work)
+        v = case.value[b, h // g].astype(work)
+        scale = work(case.effective_scale)
+        T, S = case.T, case.S
+        running_max = np.full(T, -np.inf, dtype=work)
+        running_sum = np.zeros(T, dtype=work)
+        for start in range(0, S, self.tile):  # pass 1: row max and denominator, as _probabilities
+            stop = min(start + self.tile, S)
+            s = (q @ k[start:stop].T) * scale + self._additive_tile(case, b, h, start, stop)
+            new_max = np.maximum(running_max, s.max(axis=1))
+            safe = np.where(np.isneginf(new_max), 0.0, new_max).astype(work)
+            with np.errstate(invalid="ignore"):
+                running_sum = running_sum * np.exp(np.where(np.isneginf(running_max), -np.inf, running_max - safe))
+            running_sum = running_sum + np.exp(s - safe[:, None]).sum(axis=1)
+            running_max = new_max
+        safe = np.where(np.isneginf(running_max), 0.0, running_max).astype(work)
+        live = running_sum > 0
+        acc = np.zeros((T, case.Dv), dtype=work)
+        for start in range(0, S, CHUNK):  # pass 2: the same probabilities, tile by tile, times V
+            stop = min(start + CHUNK, S)
+            s = (q @ k[start:stop].T) * scale + self._additive_tile(case, b, h, start, stop)
+            e = np.exp(s - safe[:, None])
+            with np.errstate(invalid="ignore", divide="ignore"):
+                p = np.where(live[:, None], e / running_sum[:, None], 0.0).astype(work)
+            acc += p.astype(lowp).astype(work) @ v[start:stop]
+        return acc
+
+    def kernel_ran(self, case: Case) -> tuple[str, str]:
+        """Which of this kernel's paths ``forward`` takes for ``case`` (self-reported: it is one kernel)."""
+        if case.dropout_p > 0:
+            return "numpy-weights", "forward with dropout goes through forward_with_weights (keeps T x S)"
+        return "numpy-tiled", f"forward streams keys in tiles of {self.tile} then {CHUNK} (no T x S buffer)"
 
     @staticmethod
     def _keep(case: Case) -> np.ndarray | None:
@@ -148,7 +213,15 @@ class NumpyAdapter:
         return out, weights
 
     def forward(self, case: Case) -> np.ndarray:
-        return self.forward_with_weights(case)[0]
+        if case.dropout_p > 0:
+            return self.forward_with_weights(case)[0]
+        _validate(case)
+        lowp = np_dtype(case.dtype)
+        out = np.empty(case.out_shape, dtype=lowp)
+        for b in range(case.B):
+            for h in range(case.Hq):
+                out[b, h] = self._streamed_slice(case, b, h).astype(lowp)
+        return out
 
     def vjp(self, case: Case, grad_out: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         _validate(case)
