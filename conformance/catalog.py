@@ -11,13 +11,13 @@ import pkgutil
 import sys
 
 import conformance.clauses
-from conformance.harness.clause import CATALOG, SEEDS, ClauseInfo
+from conformance.harness.clause import CLAUSES, SEEDS, ClauseInfo
 
 
 def load() -> dict[str, ClauseInfo]:
     for mod in sorted(pkgutil.iter_modules(conformance.clauses.__path__), key=lambda m: m.name):
         importlib.import_module(f"conformance.clauses.{mod.name}")
-    return CATALOG
+    return CLAUSES
 
 
 def render() -> str:

@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 from conformance.contract import DTYPES
 from conformance.harness import compare, ensemble, strategies
 from conformance.harness.registry import resolve
-from tests.clause_runner import dtypes_for, load_catalog, run_clause
+from tests.clause_runner import dtypes_for, load_clauses, run_clause
 from tests.test_sensitivity import GradientScaled, Temperature
 from tests.zoo_kernels import ZOO
 
@@ -92,7 +92,7 @@ def _builtin(spec: str):
 
 
 def measure(kernels: dict) -> dict:
-    catalog = load_catalog()
+    catalog = load_clauses()
     rows: dict = defaultdict(lambda: defaultdict(list))
     current = {}
 
@@ -129,7 +129,7 @@ def measure(kernels: dict) -> dict:
 
 
 def ladder() -> dict:
-    catalog = load_catalog()
+    catalog = load_clauses()
     out = {}
     for kind, per in LADDER.items():
         cid, wrap = ("ORACLE-AGREE-01", Temperature) if kind == "temperature" else ("GRAD-VJP-01", GradientScaled)

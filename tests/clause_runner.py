@@ -14,11 +14,11 @@ import pytest
 
 import conformance.clauses
 from conformance.contract import DTYPES
-from conformance.harness.clause import CATALOG, ClauseInfo
+from conformance.harness.clause import CLAUSES, ClauseInfo
 from conformance.harness.impl import Impl
 
 
-def load_catalog() -> dict[str, ClauseInfo]:
+def load_clauses() -> dict[str, ClauseInfo]:
     """Import every clause module and every mutant module (``tests/mutants*.py``)."""
     for mod in pkgutil.iter_modules(conformance.clauses.__path__):
         importlib.import_module(f"conformance.clauses.{mod.name}")
@@ -27,7 +27,7 @@ def load_catalog() -> dict[str, ClauseInfo]:
     for mod in pkgutil.iter_modules(tests.__path__):
         if mod.name.startswith("mutants"):
             importlib.import_module(f"tests.{mod.name}")
-    return CATALOG
+    return CLAUSES
 
 
 def dtypes_for(info: ClauseInfo, only: str | None = None) -> list[str | None]:

@@ -1,8 +1,8 @@
 import pytest
 
-from tests.clause_runner import load_catalog
+from tests.clause_runner import load_clauses
 
-load_catalog()
+load_clauses()
 
 
 @pytest.fixture

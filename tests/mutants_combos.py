@@ -21,7 +21,7 @@ import numpy as np
 
 from conformance.contract import Case
 from tests.mutants import BaseKernel, mutant
-from tests.mutants_catalog_b import DropoutKernel
+from tests.mutants_features import DropoutKernel
 
 
 # -- is_causal + mask through a plain function's own arguments --------------------------------------

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.clause_runner import dtypes_for, load_catalog, run_clause
+from tests.clause_runner import dtypes_for, load_clauses, run_clause
 from tests.mutants import MUTANTS
 
-CATALOG = load_catalog()
-PAIRS = [(cid, kill) for cid, info in sorted(CATALOG.items()) for kill in info.kills]
+CLAUSES = load_clauses()
+PAIRS = [(cid, kill) for cid, info in sorted(CLAUSES.items()) for kill in info.kills]
 
 _VERDICTS: dict[tuple[str, str, str | None], str] = {}  # (clause, kernel, dtype) -> verdict, per process
 
@@ -29,7 +29,7 @@ def _correct_kernels() -> dict:
     """The unmutated kernels the mutants are derived from; each must pass every clause, so that a
     mutant's failure is due to its bug alone. The dropout, gradient and batch-invariant bases
     declare more than ``base``, so the clauses that need those features run on a correct kernel too."""
-    from tests.mutants_catalog_b import BatchInvariantKernel, DropoutKernel, GradKernel
+    from tests.mutants_features import BatchInvariantKernel, DropoutKernel, GradKernel
 
     return {
         "base": MUTANTS["base"],
@@ -47,13 +47,13 @@ def verdict(clause_id: str, kernel: str, dtype: str | None) -> str:
     key = (clause_id, kernel, dtype)
     if key not in _VERDICTS:
         factory = CORRECT[kernel] if kernel in CORRECT else MUTANTS[kernel]
-        _VERDICTS[key] = run_clause(CATALOG[clause_id], factory(), dtype)
+        _VERDICTS[key] = run_clause(CLAUSES[clause_id], factory(), dtype)
     return _VERDICTS[key]
 
 
 @pytest.mark.parametrize("clause_id,kill", PAIRS, ids=[f"{c}-{k}" for c, k in PAIRS])
 def test_clause_kills_mutant(clause_id, kill):
-    info = CATALOG[clause_id]
+    info = CLAUSES[clause_id]
     name, _, only = kill.partition("@")
     assert name in MUTANTS, f"{clause_id} claims to kill unknown mutant {name!r}"
     verdicts = {d: verdict(clause_id, name, d) for d in dtypes_for(info, only or None)}
@@ -64,9 +64,9 @@ def test_clause_kills_mutant(clause_id, kill):
 
 
 @pytest.mark.parametrize("kernel", sorted(CORRECT))
-@pytest.mark.parametrize("clause_id", sorted(CATALOG))
+@pytest.mark.parametrize("clause_id", sorted(CLAUSES))
 def test_correct_kernels_pass(clause_id, kernel):
-    info = CATALOG[clause_id]
+    info = CLAUSES[clause_id]
     for d in dtypes_for(info):
         v = verdict(clause_id, kernel, d)
         assert not v.startswith("failed"), f"{clause_id} [{d}] fails the correct kernel {kernel}: {v}"
@@ -75,8 +75,8 @@ def test_correct_kernels_pass(clause_id, kernel):
 def test_every_clause_is_passed_by_a_correct_kernel():
     """A skip is not a pass: each clause runs, and passes, on some correct kernel in some dtype."""
     never = []
-    for cid in sorted(CATALOG):
-        runs = [(k, d) for k in sorted(CORRECT) for d in dtypes_for(CATALOG[cid])]
+    for cid in sorted(CLAUSES):
+        runs = [(k, d) for k in sorted(CORRECT) for d in dtypes_for(CLAUSES[cid])]
         if not any(verdict(cid, k, d) == "passed" for k, d in runs):  # any() stops at the first pass
             never.append(f"{cid}: " + "; ".join(sorted({verdict(cid, k, d)[:120] for k, d in runs})))
     assert not never, "clauses no correct kernel passes (each correct kernel skips them):\n  " + "\n  ".join(never)
@@ -85,7 +85,7 @@ def test_every_clause_is_passed_by_a_correct_kernel():
 def test_every_clause_kills_a_mutant_by_its_own_check():
     """Some claimed kill of each clause fails in the clause's own check, not only in the guard."""
     hollow = []
-    for cid, info in sorted(CATALOG.items()):
+    for cid, info in sorted(CLAUSES.items()):
         runs = [(k.partition("@")[0], d) for k in info.kills for d in dtypes_for(info, k.partition("@")[2] or None)]
         own = any(verdict(cid, m, d).startswith("failed:") for m, d in runs)  # "failed (guard):" does not count
         if not own:
@@ -94,12 +94,12 @@ def test_every_clause_kills_a_mutant_by_its_own_check():
 
 
 def test_every_mutant_is_killed_by_some_clause():
-    claimed = {k.partition("@")[0] for info in CATALOG.values() for k in info.kills}
+    claimed = {k.partition("@")[0] for info in CLAUSES.values() for k in info.kills}
     unused = sorted(set(MUTANTS) - claimed - {"base"})
     assert not unused, f"mutants no clause claims to kill: {unused}"
 
 
 def test_every_clause_has_a_source_and_a_kill():
-    for cid, info in CATALOG.items():
+    for cid, info in CLAUSES.items():
         assert info.kills, cid
         assert info.source.sentence and info.source.section, cid

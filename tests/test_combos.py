@@ -16,9 +16,9 @@ import pytest
 
 from conformance.clauses import test_dropout_structure as ds
 from conformance.harness.cases import random_case, random_mask
-from tests.clause_runner import load_catalog, run_clause
+from tests.clause_runner import load_clauses, run_clause
 
-CATALOG = load_catalog()
+CLAUSES = load_clauses()
 
 
 def _causal_masked_case(dropout_p: float = 0.0, Dv: int = 8):
@@ -119,7 +119,7 @@ def test_torch_sdpa_refuses_the_combination_on_its_math_path_and_is_folded():
 def test_the_correct_function_passes(clause_id):
     from tests.mutants_combos import applies_both
 
-    verdict = run_clause(CATALOG[clause_id], _adapter(applies_both), "float32")
+    verdict = run_clause(CLAUSES[clause_id], _adapter(applies_both), "float32")
     assert verdict == "passed", verdict
 
 
@@ -133,7 +133,7 @@ def test_function_mutants_are_caught_only_through_their_own_arguments(name):
         "fn_drops_causal_with_mask": mutants_combos.drops_causal_with_mask,
         "fn_drops_mask_with_causal": mutants_combos.drops_mask_with_causal,
     }[name]
-    info = CATALOG["CAUSAL-WITH-MASK-ARGS-05"]
+    info = CLAUSES["CAUSAL-WITH-MASK-ARGS-05"]
     assert run_clause(info, _adapter(fn), "float32").startswith("failed: ")
     assert run_clause(info, _adapter(fn, causal_with_mask=False), "float32") == "passed"
 

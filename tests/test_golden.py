@@ -17,7 +17,7 @@ import pytest
 from conformance import fixtures, oracle
 from conformance.contract import Case
 from conformance.fixtures import agreement, golden
-from tests.clause_runner import load_catalog, run_clause
+from tests.clause_runner import load_clauses, run_clause
 from tests.mutants import MUTANTS
 
 
@@ -195,7 +195,7 @@ def test_tampered_file_is_named_with_both_hashes(copy):
 def test_tampered_fixture_fails_the_golden_clause(copy, monkeypatch):
     _flip_byte(copy / "self-float64.npz")
     monkeypatch.setenv("SDPA_GOLDEN_DIR", str(copy))
-    verdict = run_clause(load_catalog()["GOLDEN-01"], MUTANTS["base"](), "float32")
+    verdict = run_clause(load_clauses()["GOLDEN-01"], MUTANTS["base"](), "float32")
     assert verdict.startswith("failed") and "self-float64.npz" in verdict and "sha256 mismatch" in verdict
 
 
@@ -238,7 +238,7 @@ def test_cli_verify_exit_codes(copy, capsys):
 
 
 def test_drift_mutant_fails_golden_but_base_passes():
-    info = load_catalog()["GOLDEN-01"]
+    info = load_clauses()["GOLDEN-01"]
     assert run_clause(info, MUTANTS["base"](), "float32") == "passed"
     verdict = run_clause(info, MUTANTS["output_drift_1e-3"](), "float32")
     assert verdict.startswith("failed") and "golden fixtures checked in float32 disagree" in verdict
@@ -256,7 +256,7 @@ def test_refused_fixtures_fail_the_golden_clause_unless_declared_away():
                 raise NotApplicable("no causal here")
             return super().forward(case)
 
-    info = load_catalog()["GOLDEN-01"]
+    info = load_clauses()["GOLDEN-01"]
     kernel = RefusesCausal()
     verdict = run_clause(info, kernel, "float32")
     assert verdict.startswith("failed") and "were refused although the declaration covers them" in verdict, verdict

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from conformance.contract import Case, np_dtype
-from tests.clause_runner import load_catalog, run_clause
+from tests.clause_runner import load_clauses, run_clause
 from tests.zoo_kernels import ZOO
 
-CATALOG = load_catalog()
+CLAUSES = load_clauses()
 BASES = ("zoo-maxsub-p-rounded", "zoo-fa2-exp2")
 TEMPERATURE = {"bfloat16": 1.02, "float16": 1.002, "float32": 1.0001, "float64": 1.0001}
 GRADIENT = {"bfloat16": 0.95, "float16": 0.99, "float32": 0.9999, "float64": 0.9999}
@@ -63,7 +63,7 @@ class GradientScaled:
 @pytest.mark.parametrize("base", BASES)
 @pytest.mark.parametrize("dtype", sorted(TEMPERATURE))
 def test_temperature_is_seen(base, dtype):
-    info = CATALOG["ORACLE-AGREE-01"]
+    info = CLAUSES["ORACLE-AGREE-01"]
     assert run_clause(info, Temperature(base, 1.0, dtype), dtype) == "passed"
     factor = TEMPERATURE[dtype]
     verdict = run_clause(info, Temperature(base, factor, dtype), dtype)
@@ -73,7 +73,7 @@ def test_temperature_is_seen(base, dtype):
 @pytest.mark.parametrize("base", BASES)
 @pytest.mark.parametrize("dtype", sorted(GRADIENT))
 def test_gradient_scale_is_seen(base, dtype):
-    info = CATALOG["GRAD-VJP-01"]
+    info = CLAUSES["GRAD-VJP-01"]
     assert run_clause(info, GradientScaled(base, 1.0, dtype), dtype) == "passed"
     factor = GRADIENT[dtype]
     verdict = run_clause(info, GradientScaled(base, factor, dtype), dtype)

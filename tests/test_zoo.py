@@ -16,16 +16,16 @@ import pytest
 from conformance import oracle
 from conformance.contract import DTYPES
 from conformance.harness.cases import random_case
-from tests.clause_runner import dtypes_for, load_catalog, run_clause
+from tests.clause_runner import dtypes_for, load_clauses, run_clause
 from tests.zoo_kernels import ZOO
 
-CATALOG = load_catalog()
+CLAUSES = load_clauses()
 
 
-@pytest.mark.parametrize("clause_id", sorted(CATALOG))
+@pytest.mark.parametrize("clause_id", sorted(CLAUSES))
 @pytest.mark.parametrize("kernel", sorted(ZOO))
 def test_zoo_kernel_passes(kernel, clause_id):
-    info = CATALOG[clause_id]
+    info = CLAUSES[clause_id]
     for d in dtypes_for(info):
         verdict = run_clause(info, ZOO[kernel](), d)
         assert not verdict.startswith("failed"), f"{clause_id} [{d}] refuses the correct kernel {kernel}: {verdict}"

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from conformance.harness.clause import CATALOG, info_of
+from conformance.harness.clause import CLAUSES, info_of
 
 FORMAT = 1
 _FAILS = pytest.StashKey[dict]()
@@ -127,8 +127,8 @@ def build(config: pytest.Config) -> dict:
         for r in rows:
             by_clause.setdefault(r["clause"], []).append(r)
         clauses = {}
-        for cid in sorted(set(by_clause) | set(CATALOG)):
-            info = CATALOG.get(cid)
+        for cid in sorted(set(by_clause) | set(CLAUSES)):
+            info = CLAUSES.get(cid)
             meta = {"title": info.title if info else "", "source": info.source.cite() if info else ""}
             if cid not in by_clause:
                 clauses[cid] = {

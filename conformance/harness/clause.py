@@ -99,7 +99,7 @@ class ClauseInfo:
         return reasons
 
 
-CATALOG: dict[str, ClauseInfo] = {}
+CLAUSES: dict[str, ClauseInfo] = {}
 _DECLARATION_FIELDS = frozenset(f.name for f in dataclasses.fields(Declaration))
 
 
@@ -125,7 +125,7 @@ def clause(
         )
 
     def register(func: Callable) -> Callable:
-        if id in CATALOG and CATALOG[id].func.__qualname__ != func.__qualname__:
+        if id in CLAUSES and CLAUSES[id].func.__qualname__ != func.__qualname__:
             raise ValueError(f"duplicate clause id {id}")
         info = ClauseInfo(
             id=id,
@@ -138,7 +138,7 @@ def clause(
             tolerance=tolerance,
             func=func,
         )
-        CATALOG[id] = info
+        CLAUSES[id] = info
         func.clause_info = info  # type: ignore[attr-defined]
         return func
 
