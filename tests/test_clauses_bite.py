@@ -30,12 +30,14 @@ def _correct_kernels() -> dict:
     mutant's failure is due to its bug alone. The dropout, gradient and batch-invariant bases
     declare more than ``base``, so the clauses that need those features run on a correct kernel too."""
     from tests.mutants_features import BatchInvariantKernel, DropoutKernel, GradKernel
+    from tests.mutants_variants import VariantKernel
 
     return {
         "base": MUTANTS["base"],
         "base-dropout": lambda: DropoutKernel("base-dropout"),
         "base-grad": lambda: GradKernel("base-grad"),
         "base-batch-invariant": lambda: BatchInvariantKernel("base-batch-invariant"),
+        "base-variants": lambda: VariantKernel("base-variants"),  # windows, softcap, ALiBi, lse; bottom-right
     }
 
 

@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from conformance.harness import baseline, certificate, failures, runstate, selfdefense
+from conformance.harness import baseline, certificate, failures, runstate, selfdefense, signatures
 from conformance.harness.clause import info_of
 from conformance.harness.runstate import State, get_state
 
-SUBPLUGINS = (certificate, baseline, selfdefense)
+SUBPLUGINS = (certificate, baseline, selfdefense, signatures)
 
 
 def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
@@ -100,7 +100,7 @@ def pytest_configure(config: pytest.Config) -> None:
     resolved = {}
     for spec in specs:
         try:
-            resolved[spec] = registry.resolve(spec, overrides)
+            resolved[spec] = registry.resolve(spec, overrides, config.getoption(signatures.OPT_SIGNATURE))
         except registry.ImplSpecError as exc:
             raise pytest.UsageError(str(exc)) from None
     state._resolved = resolved

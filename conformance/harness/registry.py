@@ -5,7 +5,8 @@ Accepted forms, tried in this order:
 1. a built-in name (``implementations.BUILTINS``) or a name registered by another package in the
    entry-point group ``sdpa_conformance.adapters`` (value ``module:attr``);
 2. ``module:attr`` naming an adapter object, an adapter class (instantiated without arguments), or
-   a plain function with the signature of ``torch.nn.functional.scaled_dot_product_attention``.
+   a plain function with the signature of ``torch.nn.functional.scaled_dot_product_attention``, or
+   of another API named by ``--signature`` (harness.signatures: ``flash-attn``).
 
 Everything is imported lazily: an adapter whose framework is missing is *unavailable* with the
 import error as its reason, and only its own tests are skipped.
@@ -23,6 +24,7 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from conformance.contract import Declaration
+from conformance.harness import signatures
 
 ENTRY_POINT_GROUP = "sdpa_conformance.adapters"
 FORMS = (
@@ -198,16 +200,17 @@ def parse_declare(items: list[str]) -> dict[str, Any]:
     return out
 
 
-def _as_adapter(obj: Any, spec: str, overrides: dict[str, Any]) -> Any:
+def _as_adapter(obj: Any, spec: str, overrides: dict[str, Any], signature: str = signatures.DEFAULT) -> Any:
     if inspect.isclass(obj):
         obj = obj()
     if hasattr(obj, "forward") and hasattr(obj, "declaration"):
+        if signature != signatures.DEFAULT:
+            raise ImplSpecError(
+                f"--signature={signature} describes a plain function; {spec!r} is an adapter, which brings its own"
+            )
         adapter = obj
     elif callable(obj):
-        from implementations.function import FUNCTION_DEFAULTS, FunctionAdapter
-
-        device = str(overrides.get("device", "cpu"))
-        adapter = FunctionAdapter(obj, name=spec, declaration=FUNCTION_DEFAULTS, device=device)
+        adapter = signatures.wrap(obj, spec, signature, device=str(overrides.get("device", "cpu")))
     else:
         raise ImplSpecError(
             f"{spec!r} resolved to a {type(obj).__name__}, which is neither an adapter "
@@ -218,8 +221,10 @@ def _as_adapter(obj: Any, spec: str, overrides: dict[str, Any]) -> Any:
     return adapter
 
 
-def resolve(spec: str, overrides: dict[str, Any] | None = None) -> Resolved:
-    """Resolve one ``--impl`` value. Unknown names raise :class:`ImplSpecError` listing what exists."""
+def resolve(spec: str, overrides: dict[str, Any] | None = None, signature: str = "sdpa") -> Resolved:
+    """Resolve one ``--impl`` value. Unknown names raise :class:`ImplSpecError` listing what exists.
+
+    ``signature`` (``--signature``, harness.signatures) is the calling convention of a plain function."""
     overrides = overrides or {}
     names = known_names()
     if spec in names:
@@ -241,7 +246,7 @@ def resolve(spec: str, overrides: dict[str, Any] | None = None) -> Resolved:
     except Exception as exc:  # noqa: BLE001 - a module that crashes on import is the user's to fix
         raise ImplSpecError(f"--impl {spec!r}: importing it raised {type(exc).__name__}: {exc}") from None
     try:
-        adapter = _as_adapter(obj, spec, overrides)
+        adapter = _as_adapter(obj, spec, overrides, signature)
     except ImplSpecError:
         raise
     except Exception as exc:  # noqa: BLE001 - a constructor that crashes is a usage error, reported in one line

@@ -1,0 +1,162 @@
+"""Definitions a clause may rest on where the seed does not speak: the variants' own documents, verbatim.
+
+The seed defines scaled dot-product attention; it says nothing of sliding windows, softcapping, ALiBi
+or a returned log-sum-exp. Clauses about those cite the definition the kernels themselves follow,
+FlashAttention's, as a :class:`Definition`: the same interface as a seed :class:`~conformance.harness.clause.Source`
+(``cite()``, ``file``, ``section``, ``text``), but never presented as the seed: ``cite()`` says
+"definition (not the seed)", ``seed`` is ``"def"``, and tests/test_definitions.py checks that every
+quote occurs verbatim (whitespace-normalised) in the excerpt stored here and nowhere in the seeds.
+
+The excerpts are copied unchanged from Dao-AILab/flash-attention (BSD-3-Clause, "Copyright (c) 2022,
+the respective contributors"), at the commit named in each :class:`Document`; quoting them is what
+lets a reader check the clause against the source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SEED_KEY = "def"  # what a Definition answers for ``.seed``: no seed file has this key
+
+
+@dataclass(frozen=True)
+class Document:
+    """A stored verbatim excerpt and where it comes from."""
+
+    title: str
+    repo: str
+    commit: str
+    path: str
+    lines: str
+    text: str
+
+    @property
+    def where(self) -> str:
+        return f"{self.repo}@{self.commit[:10]} {self.path}:{self.lines}"
+
+
+FLASH_ATTN_FUNC_DOC = Document(
+    title="FlashAttention 2, flash_attn_func docstring",
+    repo="Dao-AILab/flash-attention",
+    commit="0251105a2fb19d2957484b7f023cd8c115286ced",
+    path="flash_attn/flash_attn_interface.py",
+    lines="1169-1216",
+    text="""dropout_p should be set to 0.0 during evaluation
+    Supports multi-query and grouped-query attention (MQA/GQA) by passing in KV with fewer heads
+    than Q. Note that the number of heads in Q must be divisible by the number of heads in KV.
+    For example, if Q has 6 heads and K, V have 2 heads, head 0, 1, 2 of Q will attention to head
+    0 of K, V, and head 3, 4, 5 of Q will attention to head 1 of K, V.
+
+    If causal=True, the causal mask is aligned to the bottom right corner of the attention matrix.
+    For example, if seqlen_q = 2 and seqlen_k = 5, the causal mask (1 = keep, 0 = masked out) is:
+        1 1 1 1 0
+        1 1 1 1 1
+    If seqlen_q = 5 and seqlen_k = 2, the causal mask is:
+        0 0
+        0 0
+        0 0
+        1 0
+        1 1
+    If the row of the mask is all zero, the output will be zero.
+
+    If window_size != (-1, -1), implements sliding window local attention. Query at position i
+    will only attend to keys between
+    [i + seqlen_k - seqlen_q - window_size[0], i + seqlen_k - seqlen_q + window_size[1]] inclusive.
+
+    Arguments:
+        q: (batch_size, seqlen, nheads, headdim)
+        k: (batch_size, seqlen, nheads_k, headdim)
+        v: (batch_size, seqlen, nheads_k, headdim)
+        dropout_p: float. Dropout probability.
+        softmax_scale: float. The scaling of QK^T before applying softmax.
+            Default to 1 / sqrt(headdim).
+        causal: bool. Whether to apply causal attention mask (e.g., for auto-regressive modeling).
+        window_size: (left, right). If not (-1, -1), implements sliding window local attention.
+        alibi_slopes: (nheads,) or (batch_size, nheads), fp32. A bias of
+            (-alibi_slope * |i + seqlen_k - seqlen_q - j|)
+            is added to the attention score of query i and key j.
+        deterministic: bool. Whether to use the deterministic implementation of the backward pass,
+            which is slightly slower and uses more memory. The forward pass is always deterministic.
+        return_attn_probs: bool. Whether to return the attention probabilities. This option is for
+           testing only. The returned probabilities are not guaranteed to be correct
+           (they might not have the right scaling).
+    Return:
+        out: (batch_size, seqlen, nheads, headdim).
+        softmax_lse [optional, if return_attn_probs=True]: (batch_size, nheads, seqlen). The
+            logsumexp of each row of the matrix QK^T * scaling (e.g., log of the softmax
+            normalization factor).
+        S_dmask [optional, if return_attn_probs=True]: (batch_size, nheads, seqlen, seqlen).
+            The output of softmax (possibly with different scaling). It also encodes the dropout
+            pattern (negative means that location was dropped, nonnegative means it was kept).
+    """,
+)
+
+FLASH_ATTN_REFERENCE = Document(
+    title="FlashAttention, attention_ref (the reference its tests compare kernels with)",
+    repo="Dao-AILab/flash-attention",
+    commit="0251105a2fb19d2957484b7f023cd8c115286ced",
+    path="flash_attn/cute/testing.py",
+    lines="391-392",
+    text="""
+    if softcap > 0:
+        scores = torch.tanh(scores / softcap) * softcap
+""",
+)
+
+FLASH_ATTN_REFERENCE_CAUSAL = Document(
+    title="FlashAttention, attention_ref (causal as a window)",
+    repo="Dao-AILab/flash-attention",
+    commit="0251105a2fb19d2957484b7f023cd8c115286ced",
+    path="flash_attn/cute/testing.py",
+    lines="355-356",
+    text="""
+    if causal:
+        window_size = (window_size[0], 0)
+""",
+)
+
+DOCUMENTS: dict[str, Document] = {
+    "flash-attn": FLASH_ATTN_FUNC_DOC,
+    "flash-attn-ref": FLASH_ATTN_REFERENCE,
+    "flash-attn-ref-causal": FLASH_ATTN_REFERENCE_CAUSAL,
+}
+
+
+@dataclass(frozen=True)
+class Definition:
+    """A clause's authority from a variant's own definition: ``document`` (a key of DOCUMENTS), a
+    label of the place in it, and one or more verbatim quotes from it."""
+
+    document: str
+    section: str
+    sentence: str | tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if self.document not in DOCUMENTS:
+            raise ValueError(f"unknown definition document {self.document!r}; known: {', '.join(DOCUMENTS)}")
+        if not isinstance(self.sentence, str):
+            object.__setattr__(self, "sentence", tuple(self.sentence))
+        if not self.sentences or not all(isinstance(s, str) and s.strip() for s in self.sentences):
+            raise ValueError(f"Definition({self.document!r}, {self.section!r}): every quote must be a non-empty str")
+
+    seed = SEED_KEY
+    is_seed = False
+
+    @property
+    def source_document(self) -> Document:
+        return DOCUMENTS[self.document]
+
+    @property
+    def file(self) -> str:
+        return f"definition (not the seed): {self.source_document.where}"
+
+    @property
+    def sentences(self) -> tuple[str, ...]:
+        return (self.sentence,) if isinstance(self.sentence, str) else tuple(self.sentence)
+
+    @property
+    def text(self) -> str:
+        return " \u2026 ".join(self.sentences)
+
+    def cite(self) -> str:
+        return f"{self.file} ({self.section}): \u201c{self.text}\u201d"

@@ -1,0 +1,140 @@
+"""Certify a plain function with FlashAttention 2's signature (``--signature=flash-attn``).
+
+``fn(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+alibi_slopes=None, deterministic=False, return_attn_probs=False)``, as ``flash_attn.flash_attn_func``:
+torch tensors in the layout ``[B, T, H, D]`` (K and V with Hkv heads, Hq a multiple of Hkv, query
+head h reading kv head h // (Hq // Hkv)), ``causal`` aligned **bottom-right** when T != S,
+``window_size`` (left, right) with -1 for an unbounded side, ``softcap`` 0 for none, ALiBi slopes
+float32 ``[H]`` or ``[B, H]``; with ``return_attn_probs=True`` it returns ``(out, softmax_lse,
+S_dmask)`` with the lse ``[B, H, T]``.
+
+This adapter only translates: the contract's case ``[B, H, T, D]`` is transposed to ``[B, T, H, D]``
+(contiguous), each variant goes to its own argument, and the result comes back transposed. It
+never emulates a feature the function lacks: a case with a boolean mask or an additive bias has no
+argument to go to, so the declaration says ``bool_mask=False, float_mask=False`` and such clauses
+are not applicable; a function that lacks an argument (an older FlashAttention without
+``window_size``) is described with ``--declare window=false`` and friends, and arguments a case does
+not use are not passed at all. ``dropout`` is off by default (FlashAttention's dropout draws from its
+own CUDA generator, which a case cannot seed); ``lse_empty`` defaults to the definition's ``-inf``,
+while FlashAttention 2's CUDA kernels write ``+inf`` there (``--declare lse_empty=+inf``), and FA2
+needs ``--declare requires_dk_eq_dv=true``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from conformance.contract import Case, Declaration, NotApplicable
+
+FLASH_ATTN_DEFAULTS = Declaration(
+    grad=True,
+    dropout=False,
+    gqa=True,
+    bool_mask=False,
+    float_mask=False,
+    causal=True,
+    custom_scale=True,
+    causal_alignment="bottom-right",
+    all_blocked="zeros",
+    window=True,
+    softcap=True,
+    alibi=True,
+    returns_lse=True,
+    lse_base="e",
+    lse_empty="-inf",
+    notes="plain function with FlashAttention 2's flash_attn_func signature",
+)
+
+
+def _bthd(x: np.ndarray, device: str, requires_grad: bool = False):
+    """[B, H, T, D] NumPy -> contiguous [B, T, H, D] torch tensor (a copy)."""
+    from implementations._torch import to_torch
+
+    return to_torch(np.ascontiguousarray(np.swapaxes(np.asarray(x), 1, 2)), device, requires_grad)
+
+
+class FlashAttnFunctionAdapter:
+    """Wraps ``fn`` with FlashAttention 2's ``flash_attn_func`` signature into the adapter contract."""
+
+    def __init__(
+        self, fn: Callable, name: str, declaration: Declaration = FLASH_ATTN_DEFAULTS, device: str = "cpu"
+    ) -> None:
+        self.fn = fn
+        self.name = name
+        self.declaration = declaration.replace(device=device)
+        self.device = device
+
+    def unavailable_reason(self) -> str | None:
+        try:
+            import torch
+        except ImportError as exc:
+            return f"torch is not importable ({exc}); flash-attn-signature functions are called with torch tensors"
+        if self.device.startswith("cuda") and not torch.cuda.is_available():
+            return "no CUDA device: torch.cuda.is_available() is False"
+        return None
+
+    def _kwargs(self, case: Case, want_lse: bool) -> dict[str, Any]:
+        """The keyword arguments for ``case``: only those the case uses beyond causal and the scale."""
+        import torch
+
+        if case.mask is not None or case.bias is not None:
+            raise NotApplicable("the flash-attn signature has no mask or bias argument")
+        kwargs: dict[str, Any] = {"softmax_scale": case.scale, "causal": bool(case.is_causal)}
+        if case.dropout_p:
+            kwargs["dropout_p"] = float(case.dropout_p)
+        if case.window is not None:
+            kwargs["window_size"] = tuple(int(w) for w in case.window)
+        if case.softcap:
+            kwargs["softcap"] = float(case.softcap)
+        if case.alibi_slopes is not None:
+            slopes = np.asarray(case.alibi_slopes, dtype=np.float32)
+            kwargs["alibi_slopes"] = torch.from_numpy(slopes.copy()).to(self.device)
+        if want_lse:
+            kwargs["return_attn_probs"] = True
+        return kwargs
+
+    def _call(self, case: Case, q, k, v, want_lse: bool = False):
+        import torch
+
+        kwargs = self._kwargs(case, want_lse)
+        torch.manual_seed(case.seed)
+        return self.fn(q, k, v, **kwargs)
+
+    @staticmethod
+    def _out(res: Any):
+        return res[0] if isinstance(res, (tuple, list)) else res
+
+    def _qkv(self, case: Case, requires_grad: bool = False):
+        return tuple(_bthd(x, self.device, requires_grad) for x in (case.query, case.key, case.value))
+
+    def forward(self, case: Case) -> np.ndarray:
+        import torch
+
+        from implementations._torch import to_numpy
+
+        with torch.no_grad():
+            out = self._out(self._call(case, *self._qkv(case)))
+        return to_numpy(out.transpose(1, 2))
+
+    def forward_with_lse(self, case: Case) -> tuple[np.ndarray, np.ndarray]:
+        import torch
+
+        from implementations._torch import to_numpy
+
+        with torch.no_grad():
+            res = self._call(case, *self._qkv(case), want_lse=True)
+        if not isinstance(res, (tuple, list)) or len(res) < 2:
+            raise TypeError(f"return_attn_probs=True returned {type(res).__name__}, not (out, softmax_lse, ...)")
+        lse = res[1].detach().cpu().to(torch.float64).numpy().copy()  # lossless for every float dtype
+        return to_numpy(res[0].transpose(1, 2)), lse
+
+    def vjp(self, case: Case, grad_out: np.ndarray):
+        from implementations._torch import to_numpy
+
+        q, k, v = self._qkv(case, requires_grad=True)
+        out = self._out(self._call(case, q, k, v))
+        out.backward(_bthd(grad_out, self.device))
+        return tuple(to_numpy(t.grad.transpose(1, 2)) for t in (q, k, v))

@@ -1,0 +1,150 @@
+"""A NumPy kernel with FlashAttention 2's ``flash_attn_func`` signature, written apart from the oracle.
+
+The reference kernel for ``--signature=flash-attn``: a function a kernel author could have written,
+shaped like FlashAttention's forward rather than like the formula. Each (batch, head) is computed on
+its own, keys are visited in tiles with an online softmax (running max ``m``, running sum ``l``),
+positions are derived per tile, and the variants are applied where FlashAttention applies them:
+softcap on the scaled product, then the causal / sliding-window limits, then ALiBi, all relative to
+the query's place on the key axis ``i + S - T`` (bottom-right). Scores and sums run in float32 for
+half-precision inputs and float64 for float64; probabilities are rounded to the input dtype before
+``P @ V``, as tensor-core kernels do. It shares no code with ``conformance.oracle`` or
+``conformance.oracle_variants``: agreement between the two is evidence about both.
+
+It takes torch tensors (what the flash-attn adapter and FlashAttention itself pass) or NumPy arrays,
+and answers in the same kind; with ``return_attn_probs=True`` it returns ``(out, softmax_lse, None)``
+(no probabilities), lse ``[B, H, T]`` in float32 (float64 for float64 inputs), ``-inf`` on rows that
+see no key. It has no dropout and no backward: certify it with ``--declare grad=false``, as the
+built-in ``numpy-flash-attn`` does.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+TILE = 16
+
+
+def _as_numpy(x: Any) -> tuple[np.ndarray, Any]:
+    """(float array, how to convert a result back): torch tensors via float32/float64, exactly."""
+    if hasattr(x, "detach"):
+        import torch
+
+        t = x.detach().cpu()
+        wide = torch.float64 if t.dtype == torch.float64 else torch.float32
+        return t.to(wide).numpy(), ("torch", t.dtype, x.device)
+    a = np.asarray(x)
+    return a, ("numpy", a.dtype, None)
+
+
+def _back(a: np.ndarray, kind: Any) -> Any:
+    how, dtype, device = kind
+    if how == "torch":
+        import torch
+
+        return torch.from_numpy(np.ascontiguousarray(a)).to(device=device, dtype=dtype)
+    return a.astype(dtype)
+
+
+def _round_to(p: np.ndarray, kind: Any) -> np.ndarray:
+    """P rounded to the input dtype before P @ V (no-op for float32/float64)."""
+    how, dtype, _ = kind
+    if how == "torch":
+        import torch
+
+        if dtype in (torch.float16, torch.bfloat16):
+            return torch.from_numpy(np.ascontiguousarray(p)).to(dtype).to(torch.float32).numpy()
+        return p
+    if np.dtype(dtype).itemsize < 4:
+        return p.astype(dtype).astype(p.dtype)
+    return p
+
+
+def flash_attn_func(
+    q,
+    k,
+    v,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+):
+    """FlashAttention 2's forward in NumPy: q [B, T, H, D], k and v [B, S, Hkv, D]."""
+    if dropout_p:
+        raise NotImplementedError("this reference kernel has no dropout")
+    qn, kind = _as_numpy(q)
+    kn, _ = _as_numpy(k)
+    vn, _ = _as_numpy(v)
+    B, T, H, D = qn.shape
+    S, Hkv, Dv = kn.shape[1], kn.shape[2], vn.shape[3]
+    if H % Hkv:
+        raise ValueError(f"number of query heads {H} must be divisible by the number of kv heads {Hkv}")
+    group = H // Hkv
+    scale = 1.0 / math.sqrt(D) if softmax_scale is None else float(softmax_scale)
+    left, right = (int(w) for w in window_size)
+    if causal:
+        right = 0  # FlashAttention: causal is the window (left, 0)
+    slopes = None
+    if alibi_slopes is not None:
+        slopes = np.broadcast_to(np.asarray(_as_numpy(alibi_slopes)[0], dtype=np.float32), (B, H))
+    acc_t = np.float64 if qn.dtype == np.float64 else np.float32
+    out = np.zeros((B, T, H, Dv), dtype=acc_t)
+    lse = np.full((B, H, T), -np.inf, dtype=acc_t)
+    rows = np.arange(T) + (S - T)  # each query's place on the key axis (bottom-right)
+    for b in range(B):
+        for h in range(H):
+            kv = h // group
+            qh = qn[b, :, h, :].astype(acc_t)
+            m = np.full(T, -np.inf, dtype=acc_t)
+            l = np.zeros(T, dtype=acc_t)
+            acc = np.zeros((T, Dv), dtype=acc_t)
+            for s0 in range(0, S, TILE):
+                cols = np.arange(s0, min(s0 + TILE, S))
+                s = (qh @ kn[b, cols, kv, :].astype(acc_t).T) * acc_t(scale)
+                if softcap:
+                    s = acc_t(softcap) * np.tanh(s / acc_t(softcap))
+                rel = cols[None, :] - rows[:, None]  # key position minus query position
+                hide = np.zeros(s.shape, dtype=bool)
+                if right >= 0:
+                    hide |= rel > right
+                if left >= 0:
+                    hide |= rel < -left
+                if slopes is not None:
+                    s = s - acc_t(slopes[b, h]) * np.abs(rel).astype(acc_t)
+                s = np.where(hide, -np.inf, s)
+                m_new = np.maximum(m, s.max(axis=1))
+                base = np.where(np.isneginf(m_new), 0.0, m_new).astype(acc_t)
+                p = np.exp(s - base[:, None])
+                alpha = np.exp(m - base)
+                l = l * alpha + p.sum(axis=1)
+                acc = acc * alpha[:, None] + _round_to(p, kind) @ vn[b, cols, kv, :].astype(acc_t)
+                m = m_new
+            seen = l > 0
+            out[b, :, h, :] = np.where(seen[:, None], acc / np.where(seen, l, 1.0)[:, None], 0.0)
+            with np.errstate(divide="ignore"):
+                lse[b, h] = np.where(seen, m + np.log(np.where(seen, l, 1.0)), -np.inf)
+    result = _back(out, kind)
+    if return_attn_probs:
+        lse_out = lse if kind[0] == "numpy" else _back(lse, ("torch", _torch_dtype(lse.dtype), kind[2]))
+        return result, lse_out, None
+    return result
+
+
+def _torch_dtype(dtype: np.dtype):
+    import torch
+
+    return torch.float64 if dtype == np.float64 else torch.float32
+
+
+def adapter():
+    """The built-in ``numpy-flash-attn``: this function through the flash-attn signature adapter."""
+    from implementations.flash_attn_function import FLASH_ATTN_DEFAULTS, FlashAttnFunctionAdapter
+
+    decl = FLASH_ATTN_DEFAULTS.replace(grad=False, notes="NumPy reference kernel with the flash-attn signature")
+    return FlashAttnFunctionAdapter(flash_attn_func, "numpy-flash-attn", decl)

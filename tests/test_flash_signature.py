@@ -1,0 +1,205 @@
+"""``--impl=module:function --signature=flash-attn`` certifies a function with FlashAttention 2's signature.
+
+What is checked: the adapter only translates (layout [B, T, H, D], each variant to its own argument,
+arguments a case does not use left out, the lse taken from ``return_attn_probs``); the NumPy
+reference kernel conforms on every variant clause; functions with the issue's bugs, called through
+the very same signature, fail with a message naming the variant; and the command line does it with
+no adapter code (an in-process pytest run on the variant clauses), refusing ``--signature`` where it
+has no meaning.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from conformance import oracle_variants
+from conformance.harness import registry, signatures
+from conformance.harness.cases import random_case
+from implementations.flash_attn_function import FLASH_ATTN_DEFAULTS, FlashAttnFunctionAdapter
+from implementations.numpy_flash import flash_attn_func
+from tests.clause_runner import dtypes_for, run_clause
+
+pytest_plugins = ["pytester"]
+
+VARIANT_CLAUSES = str(Path(__file__).resolve().parents[1] / "conformance" / "clauses" / "test_variants.py")
+REFERENCE = "implementations.numpy_flash:flash_attn_func"
+
+
+def _catalog():
+    from tests.clause_runner import load_clauses
+
+    return {cid: info for cid, info in load_clauses().items() if info.module.endswith("test_variants")}
+
+
+class Spy:
+    """Records how the adapter calls the function, and answers with the reference kernel."""
+
+    def __init__(self):
+        self.calls: list[tuple[tuple, dict]] = []
+
+    def __call__(self, q, k, v, **kwargs):
+        self.calls.append(((q, k, v), kwargs))
+        return flash_attn_func(q, k, v, **kwargs)
+
+
+def test_the_adapter_only_translates():
+    spy = Spy()
+    adapter = FlashAttnFunctionAdapter(spy, "spy")
+    case = random_case(1, B=2, Hq=6, Hkv=2, T=3, S=5, Dk=8, Dv=4, dtype="float16")
+    adapter.forward(case)
+    (q, k, v), kwargs = spy.calls[-1]
+    assert tuple(q.shape) == (2, 3, 6, 8) and tuple(k.shape) == (2, 5, 2, 8) and tuple(v.shape) == (2, 5, 2, 4)
+    assert q.is_contiguous() and q.dtype == torch.float16
+    assert np.array_equal(q.float().numpy(), np.swapaxes(case.query, 1, 2).astype(np.float32))
+    assert kwargs == {"softmax_scale": None, "causal": False}  # nothing the case does not use
+    sl = oracle_variants.alibi_slopes_for(6).astype(np.float32)
+    adapter.forward_with_lse(case.replace(window=(2, 0), softcap=3.0, alibi_slopes=sl, is_causal=True, scale=0.5))
+    _, kwargs = spy.calls[-1]
+    assert kwargs["window_size"] == (2, 0) and kwargs["softcap"] == 3.0 and kwargs["causal"] is True
+    assert kwargs["softmax_scale"] == 0.5 and kwargs["return_attn_probs"] is True
+    assert kwargs["alibi_slopes"].dtype == torch.float32 and np.array_equal(kwargs["alibi_slopes"].numpy(), sl)
+
+
+def test_a_mask_has_no_argument_to_go_to():
+    from conformance.contract import NotApplicable
+
+    adapter = FlashAttnFunctionAdapter(flash_attn_func, "ref")
+    case = random_case(2, B=1, Hq=2, T=3, S=4, Dk=8, mask=np.zeros((3, 4), dtype=bool))
+    assert adapter.declaration.not_supported_reasons(case)  # the declaration says so first
+    with pytest.raises(NotApplicable):
+        adapter.forward(case)
+
+
+def test_the_defaults_are_flash_attention_2s_conventions():
+    d = FLASH_ATTN_DEFAULTS
+    assert d.causal_alignment == "bottom-right" and d.gqa and not d.bool_mask and not d.float_mask
+    assert d.window and d.softcap and d.alibi and d.returns_lse and d.lse_base == "e"
+
+
+@pytest.mark.parametrize("clause_id", sorted(_catalog()))
+def test_the_numpy_reference_conforms_on_every_variant_clause(clause_id):
+    info = _catalog()[clause_id]
+    adapter = FlashAttnFunctionAdapter(flash_attn_func, "numpy-flash-attn", FLASH_ATTN_DEFAULTS.replace(grad=False))
+    for dtype in dtypes_for(info):
+        assert run_clause(info, adapter, dtype) == "passed", (clause_id, dtype)
+
+
+# -- the issue's bugs, as functions with the flash-attn signature ----------------------------------
+def window_as_w_w(q, k, v, window_size=(-1, -1), **kw):
+    """Forwards the left size for both sides."""
+    return flash_attn_func(q, k, v, window_size=(window_size[0], window_size[0]), **kw)
+
+
+def window_off_by_one(q, k, v, window_size=(-1, -1), **kw):
+    """Shrinks the left side by one key (an exclusive left edge)."""
+    left, right = window_size
+    return flash_attn_func(q, k, v, window_size=(left - 1 if left > 0 else left, right), **kw)
+
+
+def softcap_ignored(q, k, v, softcap=0.0, **kw):
+    return flash_attn_func(q, k, v, **kw)
+
+
+def alibi_recomputed_pow2(q, k, v, alibi_slopes=None, **kw):
+    """Ignores the slopes it is given and uses 2^(-8 (h + 1) / H), right for powers of two only."""
+    if alibi_slopes is not None:
+        h = q.shape[2]
+        alibi_slopes = torch.tensor([2.0 ** (-8.0 * (i + 1) / h) for i in range(h)], dtype=torch.float32)
+    return flash_attn_func(q, k, v, alibi_slopes=alibi_slopes, **kw)
+
+
+def lse_base2(q, k, v, **kw):
+    res = flash_attn_func(q, k, v, **kw)
+    if kw.get("return_attn_probs"):
+        return res[0], res[1] / float(np.log(2.0)), res[2]
+    return res
+
+
+def lse_kv_major(q, k, v, **kw):
+    res = flash_attn_func(q, k, v, **kw)
+    if kw.get("return_attn_probs"):
+        lse = res[1]
+        b, h, t = lse.shape
+        g = h // k.shape[2]
+        return res[0], lse.reshape(b, k.shape[2], g, t).transpose(1, 2).reshape(b, h, t), res[2]
+    return res
+
+
+BUGGY = [
+    (window_as_w_w, "WINDOW-01", "window (2, 0)"),
+    (window_off_by_one, "WINDOW-01", "window (2, 0)"),
+    (softcap_ignored, "SOFTCAP-01", "softcap 1"),
+    (alibi_recomputed_pow2, "ALIBI-01", "ALiBi slopes [6]"),
+    (lse_base2, "LSE-01", "base 2"),
+    (lse_kv_major, "LSE-GQA-02", "kv-major order"),
+]
+
+
+@pytest.mark.parametrize("fn,clause_id,words", BUGGY, ids=[f.__name__ for f, _, _ in BUGGY])
+def test_a_buggy_function_fails_naming_the_variant(fn, clause_id, words):
+    adapter = FlashAttnFunctionAdapter(fn, fn.__name__, FLASH_ATTN_DEFAULTS.replace(grad=False))
+    verdict = run_clause(_catalog()[clause_id], adapter, "float32")
+    assert verdict.startswith("failed:"), verdict
+    assert words in verdict, verdict
+
+
+# -- the command line ------------------------------------------------------------------------------
+def test_signature_names_resolve_to_their_adapters():
+    res = registry.resolve(REFERENCE, {"grad": False}, "flash-attn")
+    assert isinstance(res.adapter, FlashAttnFunctionAdapter) and res.usable
+    assert res.adapter.declaration.grad is False and res.adapter.declaration.causal_alignment == "bottom-right"
+    assert type(registry.resolve(REFERENCE).adapter).__name__ == "FunctionAdapter"  # sdpa stays the default
+    with pytest.raises(ValueError, match="unknown signature"):
+        signatures.adapter_class("flash-attn-9")
+
+
+def test_signature_for_an_adapter_is_a_usage_error():
+    with pytest.raises(registry.ImplSpecError, match="describes a plain function"):
+        registry.resolve("numpy", None, "flash-attn")
+
+
+@pytest.mark.usefixtures("restore_hypothesis_profile")
+def test_command_line_certifies_the_reference_on_the_variant_clauses(pytester):
+    result = pytester.runpytest_inprocess(
+        VARIANT_CLAUSES,
+        f"--impl={REFERENCE}",
+        "--signature=flash-attn",
+        "--declare=grad=false",
+        "--allow-partial",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+    )
+    out = result.stdout.str()
+    assert result.ret == 0, out
+    assert f"{REFERENCE}: PARTIAL" in out and "failed" not in out.split("sdpa-conformance summary")[-1], out
+
+
+@pytest.mark.usefixtures("restore_hypothesis_profile")
+def test_command_line_fails_a_buggy_function(pytester):
+    result = pytester.runpytest_inprocess(
+        VARIANT_CLAUSES,
+        "--impl=tests.test_flash_signature:window_as_w_w",
+        "--signature=flash-attn",
+        "--declare=grad=false",
+        "-k",
+        "window_square",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+    )
+    out = result.stdout.str()
+    assert result.ret == 1, out
+    assert "WINDOW-01" in out and "window (2, 0)" in out and "DOES NOT CONFORM" in out, out
+
+
+@pytest.mark.usefixtures("restore_hypothesis_profile")
+def test_signature_without_impl_is_a_usage_error(pytester):
+    result = pytester.runpytest_inprocess(VARIANT_CLAUSES, "--signature=flash-attn", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert any("--signature needs --impl" in ln for ln in result.errlines), result.errlines
