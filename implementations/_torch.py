@@ -25,13 +25,20 @@ _NAMES = {v: k for k, v in TORCH_DTYPES.items()}
 
 def to_torch(a: np.ndarray, device: str = "cpu", requires_grad: bool = False) -> torch.Tensor:
     a = np.asarray(a)
+    # A broadcast (stride 0) axis stays one: its one stored slice is copied and expanded, as a user's
+    # tensor.expand() would be (a copy of the whole array with order="K" would make that axis the
+    # innermost and hand the kernel a last dimension whose stride is not 1).
+    wide = [i for i, (n, s) in enumerate(zip(a.shape, a.strides)) if s == 0 and n > 1]
+    src = a[tuple(slice(0, 1) if i in wide else slice(None) for i in range(a.ndim))] if wide else a
     # order="K" keeps a permuted layout (e.g. [B,T,H,D] viewed as [B,H,T,D]) so that kernels meet
     # the non-contiguous strides a clause built on purpose; the copy keeps the suite's arrays safe.
-    if a.dtype == np_dtype("bfloat16"):
-        t = torch.from_numpy(np.array(a, dtype=np.float32, order="K")).to(torch.bfloat16)
+    if src.dtype == np_dtype("bfloat16"):
+        t = torch.from_numpy(np.array(src, dtype=np.float32, order="K")).to(torch.bfloat16)
     else:
-        t = torch.from_numpy(np.array(a, copy=True, order="K"))
+        t = torch.from_numpy(np.array(src, copy=True, order="K"))
     t = t.to(device)
+    if wide:
+        t = t.expand(a.shape)
     if requires_grad:
         t.requires_grad_(True)
     return t

@@ -8,10 +8,15 @@ rather than by habit; the profile multiplies them.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
+import numpy as np
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
+
+from conformance.contract import Case, Declaration
 
 _PROFILE = {"name": "ci"}
 PREFIX = "sdpa-conformance-"  # hypothesis has a built-in "ci" profile; ours must not replace it
@@ -85,3 +90,320 @@ def shapes(
 
 
 seeds = st.integers(0, 2**31 - 1)
+
+
+# -- the whole case space ---------------------------------------------------------------------------
+# Everything below draws one attention problem from the space a declaration admits: shapes with
+# T < S, T == S, T > S (T = 1 and S = 1 included), B and H > 1, GQA ratios 1..8, Dk != Dv, head dims
+# off the multiples of 8, tile-tail lengths; every broadcast form of a boolean and of an additive
+# mask, both together, rows blocked entirely by either, causal with and without masks, a custom
+# scale; contiguous, non-contiguous and broadcast (stride 0) inputs. Values and masks are drawn by
+# hypothesis element by element, as small dyadic numbers (integers / 4 in [-2, 2], exact in every
+# dtype, bfloat16 included), so a failure shrinks to a small mask and small numbers that a person can
+# read; only arrays too large to draw element-wise (rare tile-tail lengths) are filled from a drawn
+# seed. Features the declaration rules out are never drawn (they are filtered before building, not
+# rejected after): the verdict's "examples run vs planned" stays an honest count.
+
+MASK_FORMS: tuple[str, ...] = ("none", "[T,S]", "[1,1,T,S]", "[B,1,T,S]", "[1,H,T,S]", "[B,H,T,S]", "[B,1,1,S]")
+TAIL_LENGTHS: tuple[int, ...] = (31, 33, 63, 65, 127, 129)
+SMALL_DIMS: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 8, 16)
+LAYOUTS: tuple[str, ...] = ("contiguous", "non-contiguous", "broadcast")
+BIAS_VALUES: tuple[float, ...] = (0.0, -1.0, 1.0, -0.5, 0.5, -2.0, 2.0, float("-inf"))
+SCALES: tuple[float | None, ...] = (None, 0.5, 0.25, 1.0, 0.3)
+VALUE_STEP = 0.25  # values are k * VALUE_STEP with |k| <= VALUE_UNITS: dyadic, exact in every dtype
+VALUE_UNITS = 8
+ELEMENTWISE_MAX = 256  # arrays up to this many elements are drawn element by element (shrinkable)
+
+
+@dataclass(frozen=True)
+class Space:
+    """How far the drawn space reaches; the profile picks one (:func:`space`).
+
+    ``tail_percent`` is the chance (in %) that a sequence length or head dim is drawn from the
+    tile-tail lengths instead of the small ones; ``buckets``, when given, restricts (T, S) to those
+    pairs and head dims to ``bucket_dims``, for kernels that compile per shape (their cold cost is
+    one compilation per distinct shape, so a run draws from a few shapes only).
+    """
+
+    max_len: int = 9
+    max_batch: int = 3
+    max_group: int = 8
+    tail_percent: int = 4
+    max_empty_rows: int = 2
+    buckets: tuple[tuple[int, int], ...] | None = None
+    bucket_dims: tuple[int, ...] | None = None
+
+
+CI_SPACE = Space()
+THOROUGH_SPACE = Space(max_len=17, tail_percent=10, max_empty_rows=3)
+# For kernels that compile per shape: every T/S relation, decode T = 1, S = 1 and a tile tail, in six
+# (T, S) pairs and three head dims; B, H, the GQA ratio, masks, layouts and values still vary freely.
+COMPILING_BUCKETS: tuple[tuple[int, int], ...] = ((1, 1), (1, 7), (5, 5), (4, 9), (9, 4), (33, 33))
+COMPILING_DIMS: tuple[int, ...] = (3, 8, 16)
+
+
+def space(compiles_per_shape: bool = False) -> Space:
+    """The space of the loaded profile; ``compiles_per_shape`` buckets the ci profile's shapes."""
+    if _PROFILE["name"] == "thorough":
+        return THOROUGH_SPACE
+    if compiles_per_shape:
+        return Space(buckets=COMPILING_BUCKETS, bucket_dims=COMPILING_DIMS, tail_percent=0)
+    return CI_SPACE
+
+
+@dataclass(frozen=True, eq=False)
+class Drawn:
+    """One drawn configuration: the case, the cotangent for a VJP, and what was drawn, readably.
+
+    Its ``repr`` is what hypothesis prints for a failing (shrunk) example, so it shows the shape,
+    the flags and every array small enough to read, masks as 0/1 (1 = blocked).
+    """
+
+    case: Case
+    grad_out: np.ndarray | None
+    mask_form: str
+    bias_form: str
+    layout: str
+    empty_rows: tuple[str, ...]
+
+    def _repr_pretty_(self, printer, cycle) -> None:  # hypothesis' printer, which prefers this to __repr__
+        printer.text(repr(self))
+
+    def __repr__(self) -> str:
+        c = self.case
+        head = (
+            f"{c.dtype} B={c.B} Hq={c.Hq} Hkv={c.Hkv} T={c.T} S={c.S} Dk={c.Dk} Dv={c.Dv} "
+            f"is_causal={c.is_causal} scale={c.scale} layout={self.layout}"
+        )
+        if self.empty_rows:
+            head += f" rows blocked entirely: {', '.join(self.empty_rows)}"
+        lines = [head]
+        arrays = [("q", c.query), ("k", c.key), ("v", c.value)]
+        if c.mask is not None:
+            arrays.append((f"mask{self.mask_form} (1 = blocked)", np.asarray(c.mask).astype(np.int8)))
+        if c.bias is not None:
+            arrays.append((f"bias{self.bias_form}", c.bias))
+        if self.grad_out is not None:
+            arrays.append(("grad_out", self.grad_out))
+        for name, a in arrays:
+            lines.append(f"  {name} = {_show(a)}")
+        return "\n".join(lines)
+
+
+def _show(a: np.ndarray) -> str:
+    a = np.asarray(a)
+    if a.size > ELEMENTWISE_MAX:
+        return f"<{'x'.join(map(str, a.shape))} array, filled from a drawn seed>"
+    vals = a if a.dtype.kind in "bi" else a.astype(np.float64)
+    text = np.array2string(vals, separator=", ", max_line_width=10_000, threshold=ELEMENTWISE_MAX + 1)
+    return " ".join(text.split())
+
+
+def _rarely(draw, percent: int) -> bool:
+    """True with about ``percent`` % chance. The window sits mid-range: hypothesis favours the
+    bounds of an integer range (0 and 99 come up far more often than 1 in 100)."""
+    return bool(percent) and 40 <= draw(st.integers(0, 99)) < 40 + percent
+
+
+def _length(draw, sp: Space) -> int:
+    if _rarely(draw, sp.tail_percent):
+        return draw(st.sampled_from(TAIL_LENGTHS))
+    return draw(st.integers(1, sp.max_len))
+
+
+def _dim(draw, sp: Space, allowed: tuple[int, ...]) -> int:
+    tails = tuple(d for d in TAIL_LENGTHS if d in allowed)
+    if tails and _rarely(draw, sp.tail_percent):
+        return draw(st.sampled_from(tails))
+    return draw(st.sampled_from(tuple(d for d in allowed if d not in TAIL_LENGTHS)))
+
+
+def _values(draw, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    """Dyadic values k/4, |k| <= 8: element-wise when small (each shrinks to 0), else from a seed."""
+    from hypothesis.extra.numpy import arrays
+
+    from conformance.harness.cases import cast, rng_for
+
+    n = int(np.prod(shape))
+    if n <= ELEMENTWISE_MAX:
+        units = draw(arrays(np.int8, shape, elements=st.integers(-VALUE_UNITS, VALUE_UNITS), fill=st.nothing()))
+    else:
+        units = rng_for(draw(st.integers(0, 2**31 - 1))).integers(-VALUE_UNITS, VALUE_UNITS + 1, size=shape)
+    return cast(units.astype(np.float64) * VALUE_STEP, dtype)
+
+
+def _form_shape(form: str, B: int, H: int, T: int, S: int) -> tuple[int, ...]:
+    sizes = {"B": B, "H": H, "T": T, "S": S, "1": 1}
+    return tuple(sizes[x] for x in form.strip("[]").split(","))
+
+
+def _mask_bits(draw, shape: tuple[int, ...]) -> np.ndarray:
+    from hypothesis.extra.numpy import arrays
+
+    from conformance.harness.cases import rng_for
+
+    if int(np.prod(shape)) <= ELEMENTWISE_MAX:
+        return draw(arrays(np.bool_, shape, elements=st.booleans(), fill=st.nothing()))
+    return rng_for(draw(st.integers(0, 2**31 - 1))).random(shape) < 0.3
+
+
+def _bias_values(draw, shape: tuple[int, ...]) -> np.ndarray:
+    from hypothesis.extra.numpy import arrays
+
+    from conformance.harness.cases import rng_for
+
+    if int(np.prod(shape)) <= ELEMENTWISE_MAX:
+        return draw(arrays(np.float64, shape, elements=st.sampled_from(BIAS_VALUES), fill=st.nothing()))
+    idx = rng_for(draw(st.integers(0, 2**31 - 1))).integers(0, len(BIAS_VALUES), size=shape)
+    return np.asarray(BIAS_VALUES)[idx]
+
+
+def _rows(shape: tuple[int, ...]) -> int:
+    return int(np.prod(shape[:-1]))
+
+
+def _own_index(shape: tuple[int, ...], b: int, h: int, t: int) -> tuple[int, ...]:
+    """The row of a broadcastable mask of ``shape`` that full row (b, h, t) reads."""
+    full = (b, h, t)[-(len(shape) - 1) :]
+    return tuple(0 if n == 1 else int(i) for n, i in zip(shape[:-1], full))
+
+
+def _layout(x: np.ndarray, layout: str, source_axis: int | None) -> np.ndarray:
+    """The same values in another memory layout: transposed storage, or stride 0 along an axis."""
+    if layout == "non-contiguous":
+        return np.ascontiguousarray(np.swapaxes(x, 1, 2)).swapaxes(1, 2)
+    if layout == "broadcast" and source_axis is not None:
+        return np.broadcast_to(np.take(x, [0], axis=source_axis), x.shape)
+    return x
+
+
+def _broadcast_axis(n_batch: int, n_heads: int) -> int | None:
+    return 0 if n_batch > 1 else (1 if n_heads > 1 else None)
+
+
+def empty_rows_allowed(decl: Declaration, *, has_mask: bool, has_bias: bool, is_causal: bool, grad: bool) -> bool:
+    """Whether a drawn case may contain rows blocked entirely, given what the kernel declared.
+
+    Such rows take the declared policy (``Declaration.all_blocked_policy``). A kernel that fills
+    rows emptied by ``-inf`` differently from rows emptied by its boolean mask (jax: NaN vs mean of V)
+    has declared nothing for rows emptied by the two together, nor for ``-inf`` rows under is_causal
+    (its causal fill is the boolean one); a mean-of-V fill over keys some of which are ``-inf`` is not
+    defined either; and a VJP through NaN rows is NaN by declaration.
+    """
+    one_fill = decl.all_blocked_float_mask in (None, decl.all_blocked)
+    if grad and "nan" in (decl.all_blocked, decl.all_blocked_float_mask):
+        return False
+    if has_mask and has_bias:
+        return one_fill and decl.all_blocked != "mean-v"
+    if has_bias and is_causal:
+        return one_fill
+    return True
+
+
+@st.composite
+def configs(draw, decl: Declaration, dtype: str, *, sp: Space | None = None, grad: bool = False) -> Drawn:
+    """One case from the whole space ``decl`` admits, in ``dtype`` (see the comment above)."""
+    from conformance.contract import Case
+    from conformance.oracle import blocked_and_bias, causal_blocked
+
+    sp = sp or space()
+    # -- shape ------------------------------------------------------------------------------------
+    B = draw(st.integers(1, sp.max_batch))
+    Hkv = draw(st.integers(1, 2)) if decl.gqa else draw(st.integers(1, 3))
+    group = draw(st.integers(1, sp.max_group)) if decl.gqa else 1
+    Hq = Hkv * group
+    if sp.buckets:
+        T, S = draw(st.sampled_from(sp.buckets))
+    else:
+        T = _length(draw, sp)
+        S = T if draw(st.sampled_from(("free", "T == S"))) == "T == S" else _length(draw, sp)
+    dims = sp.bucket_dims or (SMALL_DIMS + TAIL_LENGTHS)
+    if decl.max_head_dim is not None:
+        dims = tuple(d for d in dims if d <= decl.max_head_dim) or (min(decl.max_head_dim, 1),)
+    Dk = _dim(draw, sp, dims)
+    Dv = Dk if decl.requires_dk_eq_dv or draw(st.booleans()) else _dim(draw, sp, dims)
+    # -- masks, causal, scale ---------------------------------------------------------------------
+    mask_form = draw(st.sampled_from(MASK_FORMS)) if decl.bool_mask else "none"
+    bias_form = draw(st.sampled_from(MASK_FORMS)) if decl.float_mask else "none"
+    has_mask, has_bias = mask_form != "none", bias_form != "none"
+    is_causal = draw(st.booleans()) if decl.causal else False
+    scale = draw(st.sampled_from(SCALES)) if decl.custom_scale else None
+    empties_ok = empty_rows_allowed(decl, has_mask=has_mask, has_bias=has_bias, is_causal=is_causal, grad=grad)
+    if is_causal and decl.causal_alignment == "bottom-right" and T > S and not empties_ok:
+        is_causal = False  # its first T - S rows would be empty, which this kernel has not declared
+    mask = _mask_bits(draw, _form_shape(mask_form, B, Hq, T, S)) if has_mask else None
+    bias = _bias_values(draw, _form_shape(bias_form, B, Hq, T, S)) if has_bias else None
+    empty: list[str] = []
+    meant = np.zeros((B, Hq, T), dtype=bool)  # rows blocked entirely on purpose
+    for kind, arr in (("bool", mask), ("float -inf", bias)):
+        if arr is None:
+            continue
+        picked = []
+        if empties_ok and sp.max_empty_rows:
+            picked = draw(st.lists(st.integers(0, _rows(arr.shape) - 1), max_size=sp.max_empty_rows, unique=True))
+        own = np.zeros(arr.shape[:-1], dtype=bool)
+        own.reshape(-1)[picked] = True
+        arr[own] = True if kind == "bool" else -np.inf
+        meant |= np.broadcast_to(own, meant.shape)
+        if picked:
+            empty.append(f"{len(picked)} by {kind}")
+    if is_causal:
+        meant |= causal_blocked(T, S, decl.causal_alignment).all(axis=-1)
+    # -- rows emptied by accident are reopened at key 0 (visible under every causal alignment) -----
+    probe = Case(np.zeros((B, Hq, T, 1)), np.zeros((B, Hkv, S, 1)), np.zeros((B, Hkv, S, 1)), mask, bias, is_causal)
+    blocked, _ = blocked_and_bias(probe, decl.causal_alignment)
+    for b, h, t in np.argwhere(blocked.all(axis=-1) & ~meant):
+        for arr in (mask, bias):
+            if arr is not None:
+                arr[(*_own_index(arr.shape, b, h, t), 0)] = False if arr.dtype == bool else 0.0
+    # -- values, layout ---------------------------------------------------------------------------
+    layout = draw(st.sampled_from(LAYOUTS))
+    q_axis, kv_axis = _broadcast_axis(B, Hq), _broadcast_axis(B, Hkv)
+    if layout == "broadcast" and q_axis is None and kv_axis is None:
+        layout = "contiguous"  # B = H = 1: nothing to broadcast along
+    q_shape, k_shape, v_shape = (B, Hq, T, Dk), (B, Hkv, S, Dk), (B, Hkv, S, Dv)
+
+    def values(shape, axis):
+        if layout == "broadcast" and axis is not None:
+            src = _values(draw, tuple(1 if i == axis else n for i, n in enumerate(shape)), dtype)
+            return np.broadcast_to(src, shape)
+        return _layout(_values(draw, shape, dtype), layout, None)
+
+    q, k, v = values(q_shape, q_axis), values(k_shape, kv_axis), values(v_shape, kv_axis)
+    grad_out = _values(draw, (B, Hq, T, Dv), dtype) if grad else None
+    case = Case(q, k, v, mask=mask, bias=bias, is_causal=is_causal, scale=scale, label="drawn")
+    return Drawn(case, grad_out, mask_form, bias_form, layout, tuple(empty))
+
+
+def space_for(impl: object) -> Space:
+    """The space to draw for the kernel under test: bucketed shapes in the ci profile when its
+    adapter says it compiles per shape (an optional ``compiles_per_shape = True`` attribute)."""
+    adapter = getattr(impl, "adapter", impl)
+    return space(bool(getattr(adapter, "compiles_per_shape", False)))
+
+
+@contextmanager
+def aiming(label: str = "error / allowance") -> Iterator[None]:
+    """Steer hypothesis towards the largest error/allowance ratio of the comparisons in the block.
+
+    ``target()`` makes the generator mutate the examples that came closest to failing, so a kernel
+    whose error grows with some feature is pushed towards the case where it shows.
+    """
+    from hypothesis import target
+
+    from conformance.harness import compare
+
+    worst = [0.0]
+
+    def observe(what, case, actual, want, allowed) -> None:
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            err = np.abs(actual - want)
+            err = np.where(np.isnan(actual) & np.isnan(want), 0.0, err)
+            ratio = np.where(err == 0, 0.0, err / np.maximum(allowed, 1e-300))
+        finite = ratio[np.isfinite(ratio)]
+        if finite.size:
+            worst[0] = max(worst[0], float(finite.max()))
+
+    with compare.observing(observe):
+        yield
+    target(min(worst[0], 1e6), label=label)
