@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from implementations.flash_attn_function import FLASH_ATTN_DEFAULTS, FlashAttnFunctionAdapter
+
 TILE = 16
 
 
@@ -142,9 +144,9 @@ def _torch_dtype(dtype: np.dtype):
     return torch.float64 if dtype == np.float64 else torch.float32
 
 
-def adapter():
-    """The built-in ``numpy-flash-attn``: this function through the flash-attn signature adapter."""
-    from implementations.flash_attn_function import FLASH_ATTN_DEFAULTS, FlashAttnFunctionAdapter
+class NumpyFlashAdapter(FlashAttnFunctionAdapter):
+    """The built-in ``numpy-flash-attn``: :func:`flash_attn_func` through the flash-attn signature adapter."""
 
-    decl = FLASH_ATTN_DEFAULTS.replace(grad=False, notes="NumPy reference kernel with the flash-attn signature")
-    return FlashAttnFunctionAdapter(flash_attn_func, "numpy-flash-attn", decl)
+    def __init__(self) -> None:
+        decl = FLASH_ATTN_DEFAULTS.replace(grad=False, notes="NumPy reference kernel with the flash-attn signature")
+        super().__init__(flash_attn_func, "numpy-flash-attn", decl)
