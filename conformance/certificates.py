@@ -3,6 +3,9 @@
 Renders a Markdown table, one row per clause and one column per adapter found in the given
 certificates (written by ``pytest --certificate=PATH``), so that kernels, or one kernel on two
 machines, can be compared at a glance. A clause missing from a certificate shows as "-".
+``python -m conformance.certificates html A.json B.json -o compare.html`` draws the same comparison
+as a self-contained HTML page, with every adapter's performance profile and error margins in one
+set of charts (harness.certificate_html).
 """
 
 from __future__ import annotations
@@ -72,8 +75,16 @@ def main(argv: list[str] | None = None) -> int:
     cmp_ = sub.add_parser("compare", help="side-by-side Markdown table, clause x adapter")
     cmp_.add_argument("certificates", nargs="+", type=Path)
     cmp_.add_argument("-o", "--output", type=Path, default=None, help="write the table here instead of stdout")
+    html = sub.add_parser("html", help="side-by-side self-contained HTML page: the table and the charts")
+    html.add_argument("certificates", nargs="+", type=Path)
+    html.add_argument("-o", "--output", type=Path, default=None, help="write the page here instead of stdout")
     args = parser.parse_args(argv)
-    text = render_compare(args.certificates)
+    if args.command == "html":
+        from conformance.harness.certificate_html import render_compare as render_html
+
+        text = render_html(load(args.certificates))
+    else:
+        text = render_compare(args.certificates)
     if args.output:
         args.output.write_text(text)
     else:

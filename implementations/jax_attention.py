@@ -204,6 +204,62 @@ class JaxAttention:
             dq, dk, dv = self._run(case, _vjp_jit, _vjp, *arrays, g, **static)
             return _to_numpy(dq), _to_numpy(dk), _to_numpy(dv)
 
+    # -- the performance profile's optional half of the contract (conformance/contract.py) -------
+    framework = "jax"
+
+    def prepare(self, case: Case) -> tuple:
+        """Inputs on the device once (``jnp.asarray`` commits them), so ``run`` times the kernel alone."""
+        with jax.enable_x64(True), _compile_refusals():
+            arrays, static = self._args(case)
+        return case, jax.block_until_ready(arrays), static
+
+    def run(self, handle: tuple) -> jax.Array:
+        case, arrays, static = handle
+        with jax.enable_x64(True), _compile_refusals():
+            return jax.block_until_ready(self._run(case, _attention_jit, _attention, *arrays, **static))
+
+    def fetch(self, result: jax.Array) -> np.ndarray:
+        return _to_numpy(result)
+
+    def prepare_backward(self, case: Case, grad_out: np.ndarray) -> tuple:
+        case, arrays, static = self.prepare(case)
+        with jax.enable_x64(True):
+            g = jax.block_until_ready(_to_jax(np.asarray(grad_out).astype(np_dtype(case.dtype))))
+        return case, [*arrays, g], static
+
+    def run_backward(self, handle: tuple) -> tuple:
+        case, arrays, static = handle
+        with jax.enable_x64(True), _compile_refusals():
+            return jax.block_until_ready(self._run(case, _vjp_jit, _vjp, *arrays, **static))
+
+    def kernel_ran(self, case: Case) -> tuple[str | None, str]:
+        """What the jitted call lowers to: a cuDNN attention custom call, or XLA's own ops.
+
+        The lowered StableHLO is what XLA compiles; ``implementation='cudnn'`` appears there as a
+        ``__cudnn$fmha...`` custom call, while the ``xla`` implementation is plain dot_general /
+        exponential / reduce ops that XLA fuses itself. Un-jitted runs (float16 on CPU) execute
+        the same ops one by one.
+        """
+        import re
+
+        with jax.enable_x64(True), _compile_refusals():
+            arrays, static = self._args(case)
+            if not self._jit_ok(case):  # runs op by op: what runs is the jaxpr's primitives
+                jaxpr = str(jax.make_jaxpr(functools.partial(_attention, **static))(*arrays))
+                prims = sorted(set(re.findall(r"\b([a-z_]+)\[", jaxpr)))
+                kind = "cudnn" if any("cudnn" in p for p in prims) else "xla"
+                return kind, f"un-jitted on {jax.default_backend()} (op by op); jaxpr primitives {', '.join(prims)}"
+            text = _attention_jit.lower(*arrays, **static).as_text()
+        targets = sorted(set(re.findall(r"custom_call\s*@([\w$.-]+)", text)))
+        targets += sorted(set(re.findall(r'call_target_name\s*=\s*"([^"]+)"', text)) - set(targets))
+        for t in targets:
+            if "cudnn" in t.lower() and ("fmha" in t.lower() or "attention" in t.lower()):
+                return "cudnn", f"lowered HLO has custom call {t}"
+        if targets:
+            return "xla", f"lowered HLO has custom calls {', '.join(targets)}, none an attention kernel"
+        ops = sorted(set(re.findall(r"stablehlo\.(\w+)", text)))
+        return "xla", f"lowered HLO has no custom call; XLA ops {', '.join(ops)}"
+
 
 def _is_compile_refusal(exc: Exception) -> bool:
     text = str(exc)
@@ -248,6 +304,7 @@ _XLA = Declaration(
     batch_invariant=False,
     returns_weights=False,
     validates_inputs=False,
+    backend="xla",
     notes=(
         "jax 0.10 jax.nn.dot_product_attention, implementation='xla', jitted (float16 on CPU runs "
         "un-jitted: jit fails with F16_F16_F32 unsupported by dot_general on CPU). Measured: rows "
@@ -267,6 +324,7 @@ cudnn = JaxAttention(
         device="cuda",
         deterministic=False,
         max_head_dim=128,
+        backend="cudnn",
         notes=(
             "jax.nn.dot_product_attention(implementation='cudnn'): GPU only, fp16/bf16, head dim "
             "<= 128. NOT measured by the author (no GPU); all_blocked and determinism unverified."

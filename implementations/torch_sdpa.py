@@ -196,6 +196,80 @@ class TorchSDPA:
             out = self._run(q, k, v, kwargs)
         return to_numpy(out)
 
+    # -- the performance profile's optional half of the contract (conformance/contract.py) -------
+    framework = "torch"
+
+    def _sync(self) -> None:
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize(self.device)
+
+    def prepare(self, case: Case) -> tuple:
+        """Inputs (and mask) on the device once, so that ``run`` times the kernel alone."""
+        return qkv(case, self.device), sdpa_kwargs(case, self.device), case.seed
+
+    def run(self, handle: tuple) -> torch.Tensor:
+        (q, k, v), kwargs, seed = handle
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            out = self._run(q, k, v, kwargs)
+        self._sync()
+        return out
+
+    def fetch(self, result: torch.Tensor) -> np.ndarray:
+        return to_numpy(result)
+
+    def prepare_backward(self, case: Case, grad_out: np.ndarray) -> tuple:
+        q, k, v = qkv(case, self.device, requires_grad=True)
+        g = to_torch(grad_out, self.device)
+        return (q, k, v), sdpa_kwargs(case, self.device), case.seed, g
+
+    def run_backward(self, handle: tuple) -> tuple:
+        (q, k, v), kwargs, seed, g = handle
+        torch.manual_seed(seed)
+        with torch.enable_grad():
+            out = self._run(q, k, v, kwargs)
+            with self._context():
+                grads = torch.autograd.grad(out, (q, k, v), grad_outputs=g.to(out.dtype))
+        self._sync()
+        return grads
+
+    def device_times(self, handle: tuple, n: int, backward: bool = False) -> list[float]:
+        """CUDA: per-call times from CUDA events recorded around each call, read after a synchronise;
+        on the CPU there are no device timestamps and wall time around ``run`` is used instead."""
+        call = self.run_backward if backward else self.run
+        if not self.device.startswith("cuda"):
+            import time
+
+            times = []
+            for _ in range(n):
+                t0 = time.perf_counter()
+                call(handle)
+                times.append(time.perf_counter() - t0)
+            return times
+        pairs = []
+        for _ in range(n):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            call(handle)
+            end.record()
+            pairs.append((start, end))
+        torch.cuda.synchronize(self.device)
+        return [s.elapsed_time(e) / 1e3 for s, e in pairs]
+
+    def kernel_ran(self, case: Case) -> tuple[str | None, str]:
+        """The SDPA op torch dispatched to, as its profiler saw it (the backend's own aten op)."""
+        from torch.profiler import ProfilerActivity, profile
+
+        handle = self.prepare(case)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            self.run(handle)
+        ops = sorted({e.key for e in prof.key_averages() if "scaled_dot_product" in e.key})
+        for op in ops:
+            for marker, name in _BACKEND_OPS:
+                if marker in op:
+                    return name, f"torch profiler saw {', '.join(ops)}"
+        return None, f"torch profiler saw no backend op of SDPA (ops: {', '.join(ops) or 'none'})"
+
     def vjp(self, case: Case, grad_out: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         q, k, v = qkv(case, self.device, requires_grad=True)
         kwargs = sdpa_kwargs(case, self.device)
@@ -207,6 +281,15 @@ class TorchSDPA:
                 dq, dk, dv = torch.autograd.grad(out, (q, k, v), grad_outputs=g)
         return to_numpy(dq), to_numpy(dk), to_numpy(dv)
 
+
+# The aten op each SDPA backend dispatches to (torch 2.13), and the backend name adapters declare.
+_BACKEND_OPS = (
+    ("_scaled_dot_product_flash_attention", "flash"),  # CUDA and (…_for_cpu) CPU flash
+    ("_scaled_dot_product_efficient_attention", "efficient"),
+    ("_scaled_dot_product_cudnn_attention", "cudnn"),
+    ("_scaled_dot_product_attention_math", "math"),
+    ("_scaled_dot_product_fused_attention_overrideable", "overrideable"),
+)
 
 _ALL = frozenset(TORCH_DTYPES)
 _HALF = frozenset({"float16", "bfloat16"})
@@ -244,11 +327,12 @@ cpu_default = TorchSDPA("torch-sdpa", _CPU)
 cpu_math = TorchSDPA(
     "torch-sdpa-math",
     _CPU.replace(
+        backend="math",
         notes=(
             "torch 2.13 CPU, SDPBackend.MATH forced. Measured like torch-sdpa: zeros for all-blocked "
             "rows, top-left causal, GQA h // (Hq/Hkv), bitwise repeatable, batch invariant; accepts "
             "dropout, Dk != Dv and masks of any broadcastable rank."
-        )
+        ),
     ),
     backend=SDPBackend.MATH,
 )
@@ -258,6 +342,7 @@ cpu_flash = TorchSDPA(
     _CPU.replace(
         dropout=False,
         requires_dk_eq_dv=True,
+        backend="flash",
         notes=(
             "torch 2.13 CPU, SDPBackend.FLASH_ATTENTION forced. Measured: all four dtypes, bool and "
             "float masks, GQA, head dims up to 1024; refuses dropout ('Both fused kernels do not "
@@ -284,7 +369,9 @@ cuda_default = TorchSDPA("torch-sdpa-cuda", _CUDA, device="cuda")
 
 cuda_math = TorchSDPA(
     "torch-sdpa-cuda-math",
-    _CUDA.replace(notes=_CUDA_UNMEASURED + "SDPBackend.MATH forced: same composite code as the CPU math path."),
+    _CUDA.replace(
+        backend="math", notes=_CUDA_UNMEASURED + "SDPBackend.MATH forced: same composite code as the CPU math path."
+    ),
     device="cuda",
     backend=SDPBackend.MATH,
 )
@@ -297,6 +384,7 @@ cuda_flash = TorchSDPA(
         float_mask=False,
         max_head_dim=256,
         requires_dk_eq_dv=True,
+        backend="flash",
         notes=_CUDA_UNMEASURED
         + "SDPBackend.FLASH_ATTENTION forced: fp16/bf16 on sm80+, no attn_mask, Dk == Dv <= 256; "
         "is_causal with T != S is refused (torch will not expose FlashAttention-2's bottom-right "
@@ -310,6 +398,7 @@ cuda_efficient = TorchSDPA(
     "torch-sdpa-cuda-efficient",
     _CUDA.replace(
         dtypes=frozenset({"float32", "float16", "bfloat16"}),
+        backend="efficient",
         notes=_CUDA_UNMEASURED
         + "SDPBackend.EFFICIENT_ATTENTION forced: fp16/fp32/bf16, bool and float masks, Dk == Dq, "
         "head dims aligned to 4 (fp32) or 8 (half); causal uses the top-left mask type.",
@@ -323,6 +412,7 @@ cuda_cudnn = TorchSDPA(
     _CUDA.replace(
         dtypes=_HALF,
         max_head_dim=128,
+        backend="cudnn",
         notes=_CUDA_UNMEASURED
         + "SDPBackend.CUDNN_ATTENTION forced: fp16/bf16 on sm80+, head dims multiple of 8 and <= 128 "
         "(256 on sm90/sm100 with new cuDNN), S > 1, dropout only in multiples of 1/16; torch calls "

@@ -137,6 +137,10 @@ class BaseKernel:
         with np.errstate(invalid="ignore"):
             return self.finish(p @ v, case)
 
+    def kernel_ran(self, case: Case) -> tuple[str, str]:
+        """Which kernel ran (the optional perf contract, BACKEND-01): this one has a single path."""
+        return "numpy-dense", "self-test kernel: one path, materialises the [B, H, T, S] scores and weights"
+
     def backward_weights(self, case: Case) -> np.ndarray:
         return self.weights(case)
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from conformance.harness import perf
 from conformance.harness.clause import CLAUSES, info_of
 
 FORMAT = 1
@@ -30,7 +31,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--certificate",
         metavar="PATH",
         default=None,
-        help="write a conformance certificate to PATH (JSON) and PATH with .md (Markdown)",
+        help="write a conformance certificate to PATH (JSON) and PATH with .md (Markdown); a PATH ending in "
+        ".html writes a self-contained HTML page with charts there, and the JSON and Markdown next to it",
     )
 
 
@@ -189,6 +191,7 @@ def build(config: pytest.Config) -> dict:
             error_stats_source=stats_source,
             baseline={k: v for k, v in base.items() if k != "per_dtype"} or None,
         )
+        entry["perf"] = perf.certificate_section(config, spec)  # issue 11: perf data and error ratios
         doc["adapters"][spec] = entry
     return doc
 
@@ -266,6 +269,7 @@ def render_markdown(doc: dict) -> str:
                     out.append("Environment changes since the recording: " + "; ".join(b["environment_changes"]))
                 for p in b.get("problems", []):
                     out.append("\n```\n" + p + "\n```")
+        out += perf.markdown_lines(a.get("perf"))
         out.append("\n## Failures\n")
         if not a["failures"]:
             out.append("None.")
@@ -275,13 +279,18 @@ def render_markdown(doc: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def write(config: pytest.Config, path: Path) -> tuple[Path, Path]:
+def write(config: pytest.Config, path: Path) -> tuple[Path, ...]:
     doc = build(config)
+    html, path = (path, path.with_suffix(".json")) if path.suffix == ".html" else (None, path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=1, sort_keys=False, default=str) + "\n")
     md = path.with_suffix(".md") if path.suffix != ".md" else path.with_name(path.name + ".md")
     md.write_text(render_markdown(doc))
-    return path, md
+    if html is None:
+        return path, md
+    from conformance.harness import certificate_html
+
+    return path, md, certificate_html.write(doc, html)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -298,4 +307,4 @@ _PATHS = pytest.StashKey[tuple]()
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     paths = config.stash.get(_PATHS, None)
     if paths:
-        terminalreporter.write_line(f"certificate written: {paths[0]} and {paths[1]}")
+        terminalreporter.write_line("certificate written: " + ", ".join(str(p) for p in paths))
