@@ -119,6 +119,12 @@ class Case:
     window: tuple[int, int] | None = None
     softcap: float | None = None
     alibi_slopes: np.ndarray | None = None
+    # Variable lengths (FlashAttention's varlen API): sequence b is the problem of its first
+    # seqlens_q[b] queries and seqlens_k[b] keys, with its own causal / window / ALiBi positions
+    # (bottom-right: S_b - T_b). Query rows past a sequence's length are padding, no part of the
+    # result (0 in the output). None: every sequence has T queries and S keys.
+    seqlens_q: np.ndarray | None = None
+    seqlens_k: np.ndarray | None = None
 
     @property
     def dtype(self) -> str:
@@ -154,8 +160,12 @@ class Case:
 
     @property
     def has_variant(self) -> bool:
-        """True when the case uses a window, softcap or ALiBi (the seed's SDPA has none of them)."""
-        return self.window is not None or bool(self.softcap) or self.alibi_slopes is not None
+        """True when the case uses a window, softcap, ALiBi or variable lengths (the seed's SDPA has none)."""
+        return self.window is not None or bool(self.softcap) or self.alibi_slopes is not None or self.is_varlen
+
+    @property
+    def is_varlen(self) -> bool:
+        return self.seqlens_q is not None or self.seqlens_k is not None
 
     @property
     def is_gqa(self) -> bool:
@@ -200,6 +210,10 @@ class Case:
         if self.alibi_slopes is not None:
             slopes = np.asarray(self.alibi_slopes)
             parts.append(f"alibi_slopes{list(slopes.shape)}")
+        if self.seqlens_q is not None:
+            parts.append(f"seqlens_q={np.asarray(self.seqlens_q).tolist()}")
+        if self.seqlens_k is not None:
+            parts.append(f"seqlens_k={np.asarray(self.seqlens_k).tolist()}")
         parts.append(f"seed={self.seed}")
         if self.label:
             parts.append(f"[{self.label}]")
@@ -246,13 +260,15 @@ class Declaration:
     causal_with_mask: bool | None = None
     # Variants (FlashAttention's signature; conformance/oracle_variants.py): sliding window, softcap,
     # ALiBi slopes, and a returned log-sum-exp [B, Hq, T] in ``lse_base`` ("e": natural log, "2":
-    # log2) with ``lse_empty`` on rows that see no key (FlashAttention 2 returns +inf there).
+    # log2) with ``lse_empty`` on rows that see no key (FlashAttention 2 returns +inf there);
+    # ``varlen``: the kernel takes per-sequence lengths (Case.seqlens_q / seqlens_k).
     window: bool = False
     softcap: bool = False
     alibi: bool = False
     returns_lse: bool = False
     lse_base: LseBase = "e"
     lse_empty: LseEmpty = "-inf"
+    varlen: bool = False
     # Performance claims (issue 11; tested by the perf profile's clauses, conformance/clauses/test_perf.py):
     # ``memory_scaling``: how the forward's peak extra memory grows with S at T = S ("linear": the
     # T x S matrix is never stored, FlashAttention-style; None: not claimed, measured and reported).
@@ -359,6 +375,8 @@ class Declaration:
             reasons.append("declares no softcap support")
         if case.alibi_slopes is not None and not self.alibi:
             reasons.append("declares no ALiBi support")
+        if case.is_varlen and not self.varlen:
+            reasons.append("declares no variable-length sequences (varlen)")
         return reasons
 
 

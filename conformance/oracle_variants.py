@@ -95,39 +95,89 @@ def alibi_bias(slopes: np.ndarray, B: int, Hq: int, T: int, S: int, alignment: s
     return -sl[:, :, None, None] * dist
 
 
+def lengths(case: Case) -> tuple[np.ndarray, np.ndarray]:
+    """(query lengths [B], key lengths [B]): ``seqlens_q`` / ``seqlens_k``, or T and S for every sequence."""
+    tq = np.full(case.B, case.T) if case.seqlens_q is None else np.asarray(case.seqlens_q, dtype=np.int64)
+    sk = np.full(case.B, case.S) if case.seqlens_k is None else np.asarray(case.seqlens_k, dtype=np.int64)
+    if tq.shape != (case.B,) or sk.shape != (case.B,):
+        raise ValueError(f"seqlens of shapes {tq.shape}, {sk.shape}; expected [{case.B}]")
+    if (tq < 0).any() or (tq > case.T).any() or (sk < 0).any() or (sk > case.S).any():
+        raise ValueError(f"seqlens_q {tq.tolist()} / seqlens_k {sk.tolist()} outside [0, T={case.T}] / [0, S={case.S}]")
+    return tq, sk
+
+
+def padding(case: Case) -> np.ndarray:
+    """[B, T] bool: query rows past their sequence's length (no part of the result)."""
+    tq, _ = lengths(case)
+    return np.arange(case.T)[None, :] >= tq[:, None]
+
+
+def positions(case: Case, alignment: str) -> np.ndarray:
+    """[B, T, 1]: each query's place on its own sequence's key axis, i + off_b, with off_b = S_b - T_b
+    (bottom-right) or 0 (top-left), S_b and T_b the sequence's own lengths."""
+    tq, sk = lengths(case)
+    off = sk - tq if _offset(1, 2, alignment) else np.zeros(case.B, dtype=np.int64)
+    return (np.arange(case.T)[None, :] + off[:, None])[:, :, None]
+
+
 def scores(case: Case, causal_alignment: str = "top-left") -> tuple[np.ndarray, np.ndarray]:
     """(final scores, blocked), both [B, Hq, T, S]: softcapped scaled products plus the additive
-    bias and ALiBi; blocked is the union of mask, causal, ``-inf`` bias and window. Scores at
-    blocked positions are finite and meaningless."""
+    bias and ALiBi; blocked is the union of mask, causal, ``-inf`` bias, window and, for variable
+    lengths, every key past its sequence's end and every padded query row. Positions (causal,
+    window, ALiBi) are each sequence's own. Scores at blocked positions are finite and meaningless."""
     q = np.asarray(case.query).astype(np.float64)
     k = expand_kv(np.asarray(case.key).astype(np.float64), case.Hq)
     s = np.einsum("bhtd,bhsd->bhts", q, k) * case.effective_scale
     if case.softcap:
         c = float(case.softcap)
         s = c * np.tanh(s / c)
-    blocked, bias = blocked_and_bias(case, causal_alignment)
+    blocked, bias = blocked_and_bias(case.replace(is_causal=False), causal_alignment)
+    pos = positions(case, causal_alignment)[:, None]  # [B, 1, T, 1]
+    j = np.arange(case.S)[None, None, None, :]
+    if case.is_causal:
+        blocked |= j > pos
     if case.window is not None:
-        blocked = blocked | window_blocked(case.T, case.S, case.window, causal_alignment)
+        left, right = (int(w) for w in case.window)
+        if left >= 0:
+            blocked |= j < pos - left
+        if right >= 0:
+            blocked |= j > pos + right
     if case.alibi_slopes is not None:
-        bias = bias + alibi_bias(case.alibi_slopes, case.B, case.Hq, case.T, case.S, causal_alignment)
+        sl = np.asarray(case.alibi_slopes, dtype=np.float64)
+        if sl.shape not in ((case.Hq,), (case.B, case.Hq)):
+            raise ValueError(f"alibi_slopes of shape {list(sl.shape)}; expected [{case.Hq}] or [{case.B}, {case.Hq}]")
+        sl = np.broadcast_to(sl, (case.B, case.Hq))[:, :, None, None]
+        bias = bias - sl * np.abs(pos - j)
+    if case.seqlens_q is not None or case.seqlens_k is not None:
+        _, sk = lengths(case)
+        blocked |= j >= sk[:, None, None, None]
+        blocked |= padding(case)[:, None, :, None]
     return s + bias, blocked
 
 
 def forward(case: Case, *, all_blocked: str = "zeros", causal_alignment: str = "top-left") -> VariantForward:
-    """The float64 forward of a variant case (a base case gives the base oracle's answer)."""
+    """The float64 forward of a variant case (a base case gives the base oracle's answer).
+
+    Padded query rows (variable lengths) are all-blocked but not the kernel's to fill: their output
+    and weights are 0 and their lse -inf whatever the all-blocked policy. The ``mean-v`` fill of an
+    empty row of a sequence averages that sequence's own keys."""
     s, blocked = scores(case, causal_alignment)
     s = np.where(blocked, -np.inf, s)
     empty = blocked.all(axis=-1)
-    row_max = np.where(empty, 0.0, s.max(axis=-1))
+    row_max = np.where(empty, 0.0, s.max(axis=-1, initial=-np.inf))
     e = np.exp(s - row_max[..., None])
     denom = e.sum(axis=-1)
     weights = np.divide(e, denom[..., None], out=np.zeros_like(e), where=denom[..., None] > 0)
     if all_blocked == "nan":
         weights[empty] = np.nan
     elif all_blocked == "mean-v":
-        weights[empty] = 1.0 / case.S
+        _, sk = lengths(case)
+        keys = (np.arange(case.S)[None, :] < sk[:, None]) / np.maximum(sk, 1)[:, None]  # [B, S]
+        weights = np.where(empty[..., None], keys[:, None, None, :], weights)
     elif all_blocked != "zeros":
         raise ValueError(f"unknown all_blocked policy {all_blocked!r}")
+    pad = padding(case)[:, None, :]  # [B, 1, T]
+    weights = np.where(pad[..., None], 0.0, weights)
     v = expand_kv(np.asarray(case.value).astype(np.float64), case.Hq)
     out = np.einsum("bhts,bhsd->bhtd", weights, v)
     with np.errstate(divide="ignore"):
@@ -153,7 +203,7 @@ def lower(case: Case, causal_alignment: str = "top-left") -> Case:
     bias = final - plain
     if case.bias is None and not case.softcap and case.alibi_slopes is None:
         bias = None  # a window alone changes only what is blocked
-    base = dict(window=None, softcap=None, alibi_slopes=None, is_causal=False)
+    base = dict(window=None, softcap=None, alibi_slopes=None, is_causal=False, seqlens_q=None, seqlens_k=None)
     if case.mask is None and case.bias is not None:
         return case.replace(bias=np.where(blocked, -np.inf, bias), **base)
     return case.replace(mask=blocked, bias=bias, **base)

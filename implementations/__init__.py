@@ -8,6 +8,7 @@ skip with the import error), never the suite.
 BUILTINS: dict[str, str] = {
     "numpy": "implementations.numpy_kernel:NumpyAdapter",
     "numpy-flash-attn": "implementations.numpy_flash:NumpyFlashAdapter",
+    "numpy-flash-attn-varlen": "implementations.numpy_flash:NumpyFlashVarlenAdapter",
     "torch-eager": "implementations.torch_eager:TorchEagerAdapter",
     "torch-sdpa": "implementations.torch_sdpa:cpu_default",
     "torch-sdpa-math": "implementations.torch_sdpa:cpu_math",

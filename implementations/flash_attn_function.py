@@ -138,3 +138,108 @@ class FlashAttnFunctionAdapter:
         out = self._out(self._call(case, q, k, v))
         out.backward(_bthd(grad_out, self.device))
         return tuple(to_numpy(t.grad.transpose(1, 2)) for t in (q, k, v))
+
+
+# -- variable lengths: flash_attn_varlen_func ------------------------------------------------------
+FLASH_ATTN_VARLEN_DEFAULTS = FLASH_ATTN_DEFAULTS.replace(
+    varlen=True, notes="plain function with FlashAttention 2's flash_attn_varlen_func signature"
+)
+
+
+def _lengths(case: Case) -> tuple[np.ndarray, np.ndarray]:
+    tq = np.full(case.B, case.T) if case.seqlens_q is None else np.asarray(case.seqlens_q, dtype=np.int64)
+    sk = np.full(case.B, case.S) if case.seqlens_k is None else np.asarray(case.seqlens_k, dtype=np.int64)
+    return tq, sk
+
+
+def _cu(lengths: np.ndarray) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+
+
+def _packed(x: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """[B, H, L, D] -> [total, H, D]: the first lengths[b] positions of each sequence, back to back."""
+    parts = [np.swapaxes(np.asarray(x)[b, :, :n], 0, 1) for b, n in enumerate(lengths)]
+    return np.ascontiguousarray(np.concatenate(parts, axis=0))
+
+
+def _unpacked(x: np.ndarray, lengths: np.ndarray, L: int) -> np.ndarray:
+    """[total, H, D] -> [B, H, L, D], positions past a sequence's length 0."""
+    cu = _cu(lengths)
+    out = np.zeros((len(lengths), x.shape[1], L, x.shape[2]), dtype=x.dtype)
+    for b in range(len(lengths)):
+        out[b, :, : lengths[b]] = np.swapaxes(x[cu[b] : cu[b + 1]], 0, 1)
+    return out
+
+
+class FlashAttnVarlenFunctionAdapter(FlashAttnFunctionAdapter):
+    """``fn(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+    softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+    deterministic=False, return_attn_probs=False)``, as ``flash_attn.flash_attn_varlen_func``.
+
+    The case's sequences (``seqlens_q`` / ``seqlens_k``, or all of length T and S) are packed back to
+    back into ``[total, H, D]`` with int32 cumulative lengths ``[B + 1]`` and the longest lengths;
+    the packed output comes back to ``[B, H, T, Dv]`` with padded rows 0, the lse from ``[H, total_q]``
+    to ``[B, H, T]``. Causal and window positions are each sequence's own (bottom-right: S_b - T_b).
+    """
+
+    def __init__(
+        self, fn: Callable, name: str, declaration: Declaration = FLASH_ATTN_VARLEN_DEFAULTS, device: str = "cpu"
+    ) -> None:
+        super().__init__(fn, name, declaration, device)
+
+    def _args(self, case: Case, requires_grad: bool = False):
+        from implementations._torch import to_torch
+
+        tq, sk = _lengths(case)
+        q = to_torch(_packed(case.query, tq), self.device, requires_grad)
+        k = to_torch(_packed(case.key, sk), self.device, requires_grad)
+        v = to_torch(_packed(case.value, sk), self.device, requires_grad)
+        cu_q, cu_k = (to_torch(_cu(n), self.device) for n in (tq, sk))
+        return (q, k, v, cu_q, cu_k, int(tq.max(initial=0)), int(sk.max(initial=0))), tq, sk
+
+    def _run(self, case: Case, args, want_lse: bool = False):
+        import torch
+
+        kwargs = self._kwargs(case, want_lse)
+        torch.manual_seed(case.seed)
+        return self.fn(*args, **kwargs)
+
+    def forward(self, case: Case) -> np.ndarray:
+        import torch
+
+        from implementations._torch import to_numpy
+
+        args, tq, _ = self._args(case)
+        with torch.no_grad():
+            out = self._out(self._run(case, args))
+        return _unpacked(to_numpy(out), tq, case.T)
+
+    def forward_with_lse(self, case: Case) -> tuple[np.ndarray, np.ndarray]:
+        import torch
+
+        from implementations._torch import to_numpy
+
+        args, tq, _ = self._args(case)
+        with torch.no_grad():
+            res = self._run(case, args, want_lse=True)
+        if not isinstance(res, (tuple, list)) or len(res) < 2:
+            raise TypeError(f"return_attn_probs=True returned {type(res).__name__}, not (out, softmax_lse, ...)")
+        lse = res[1].detach().cpu().to(torch.float64).numpy()  # [H, total_q]
+        packed = np.ascontiguousarray(lse.T)[:, :, None]  # [total_q, H, 1]
+        full = _unpacked(packed, tq, case.T)[..., 0]
+        pad = np.arange(case.T)[None, None, :] >= tq[:, None, None]
+        full[np.broadcast_to(pad, full.shape)] = -np.inf  # padded rows: no part of the result
+        return _unpacked(to_numpy(res[0]), tq, case.T), full
+
+    def vjp(self, case: Case, grad_out: np.ndarray):
+        from implementations._torch import to_numpy, to_torch
+
+        args, tq, sk = self._args(case, requires_grad=True)
+        out = self._out(self._run(case, args))
+        out.backward(to_torch(_packed(grad_out, tq), self.device))
+        q, k, v = args[:3]
+        return (
+            _unpacked(to_numpy(q.grad), tq, case.T),
+            _unpacked(to_numpy(k.grad), sk, case.S),
+            _unpacked(to_numpy(v.grad), sk, case.S),
+        )

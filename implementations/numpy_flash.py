@@ -24,7 +24,12 @@ from typing import Any
 
 import numpy as np
 
-from implementations.flash_attn_function import FLASH_ATTN_DEFAULTS, FlashAttnFunctionAdapter
+from implementations.flash_attn_function import (
+    FLASH_ATTN_DEFAULTS,
+    FLASH_ATTN_VARLEN_DEFAULTS,
+    FlashAttnFunctionAdapter,
+    FlashAttnVarlenFunctionAdapter,
+)
 
 TILE = 16
 
@@ -144,9 +149,70 @@ def _torch_dtype(dtype: np.dtype):
     return torch.float64 if dtype == np.float64 else torch.float32
 
 
+def flash_attn_varlen_func(
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+):
+    """FlashAttention 2's varlen forward: q [total_q, H, D], k and v [total_k, Hkv, D] packed back to
+    back, int32 cumulative lengths [B + 1]; each sequence is run on its own by :func:`flash_attn_func`
+    (so its causal / window / ALiBi positions are its own). lse [H, total_q]."""
+    qn, kind = _as_numpy(q)
+    kn, _ = _as_numpy(k)
+    vn, _ = _as_numpy(v)
+    cq = np.asarray(_as_numpy(cu_seqlens_q)[0], dtype=np.int64)
+    ck = np.asarray(_as_numpy(cu_seqlens_k)[0], dtype=np.int64)
+    B, H = len(cq) - 1, qn.shape[1]
+    slopes = None if alibi_slopes is None else np.broadcast_to(np.asarray(_as_numpy(alibi_slopes)[0]), (B, H))
+    outs, lses = [], []
+    for b in range(B):
+        qs, ks = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b + 1])
+        res = flash_attn_func(
+            qn[None, qs],
+            kn[None, ks],
+            vn[None, ks],
+            softmax_scale=softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(qn.shape[-1]),
+            causal=causal,
+            window_size=window_size,
+            softcap=softcap,
+            alibi_slopes=None if slopes is None else np.ascontiguousarray(slopes[b]),
+            return_attn_probs=True,
+        )
+        outs.append(res[0][0])
+        lses.append(res[1][0])
+    out = np.concatenate(outs, axis=0) if outs else np.zeros((0, H, vn.shape[-1]), dtype=qn.dtype)
+    lse = np.concatenate(lses, axis=1) if lses else np.zeros((H, 0), dtype=qn.dtype)
+    result = _back(out, kind)
+    if return_attn_probs:
+        return result, (lse if kind[0] == "numpy" else _back(lse, ("torch", _torch_dtype(lse.dtype), kind[2]))), None
+    return result
+
+
 class NumpyFlashAdapter(FlashAttnFunctionAdapter):
     """The built-in ``numpy-flash-attn``: :func:`flash_attn_func` through the flash-attn signature adapter."""
 
     def __init__(self) -> None:
         decl = FLASH_ATTN_DEFAULTS.replace(grad=False, notes="NumPy reference kernel with the flash-attn signature")
         super().__init__(flash_attn_func, "numpy-flash-attn", decl)
+
+
+class NumpyFlashVarlenAdapter(FlashAttnVarlenFunctionAdapter):
+    """The built-in ``numpy-flash-attn-varlen``: :func:`flash_attn_varlen_func` through the varlen adapter."""
+
+    def __init__(self) -> None:
+        decl = FLASH_ATTN_VARLEN_DEFAULTS.replace(
+            grad=False, notes="NumPy reference kernel with the flash-attn-varlen signature"
+        )
+        super().__init__(flash_attn_varlen_func, "numpy-flash-attn-varlen", decl)

@@ -7,7 +7,8 @@ one of the correct kernels of tests/test_clauses_bite.py); each mutant overrides
 from the issue: windows off by one, passed as (w, w), top-left aligned, or dropping causal; softcap
 as s·tanh(s), before the scale, without the factor c, or after ALiBi; ALiBi slopes recomputed for a
 power of two, read per kv head, per first batch, without the absolute value, or top-left; the lse in
-base 2, 0 on empty rows, without the scale, or in kv-major head order under GQA.
+base 2, 0 on empty rows, without the scale, or in kv-major head order under GQA; variable-length
+sequences positioned by the batch's longest lengths, or reading keys past their own end.
 """
 
 from __future__ import annotations
@@ -33,19 +34,32 @@ class VariantKernel(BaseKernel):
             softcap=True,
             alibi=True,
             returns_lse=True,
+            varlen=True,
             grad=False,
             notes="self-test kernel with FlashAttention's variants",
         )
 
     # -- positions ---------------------------------------------------------------------------------
-    def causal(self, T: int, S: int) -> np.ndarray:
-        return np.arange(S)[None, :] > np.arange(T)[:, None] + (S - T)
+    def lengths(self, case: Case) -> tuple[np.ndarray, np.ndarray]:
+        """(query lengths [B], key lengths [B]) of the case's sequences."""
+        tq = np.full(case.B, case.T) if case.seqlens_q is None else np.asarray(case.seqlens_q, dtype=np.int64)
+        sk = np.full(case.B, case.S) if case.seqlens_k is None else np.asarray(case.seqlens_k, dtype=np.int64)
+        return tq, sk
 
-    def window_offset(self, case: Case) -> int:
-        return case.S - case.T
+    def offsets(self, case: Case) -> np.ndarray:
+        """[B] bottom-right offset of each sequence: its own S_b - T_b."""
+        tq, sk = self.lengths(case)
+        return sk - tq
 
-    def alibi_offset(self, case: Case) -> int:
-        return case.S - case.T
+    def window_offset(self, case: Case) -> np.ndarray:
+        return self.offsets(case)
+
+    def alibi_offset(self, case: Case) -> np.ndarray:
+        return self.offsets(case)
+
+    def place(self, case: Case, offset: np.ndarray) -> np.ndarray:
+        """[B, 1, T, 1]: query i's position on its sequence's key axis."""
+        return (np.arange(case.T)[None, :] + np.asarray(offset).reshape(-1, 1))[:, None, :, None]
 
     def window_sides(self, case: Case) -> tuple[int, int]:
         left, right = case.window
@@ -53,19 +67,29 @@ class VariantKernel(BaseKernel):
 
     def window_blocked(self, case: Case) -> np.ndarray:
         left, right = self.window_sides(case)
-        pos = np.arange(case.T)[:, None] + self.window_offset(case)
-        j = np.arange(case.S)[None, :]
-        hide = np.zeros((case.T, case.S), dtype=bool)
+        pos = self.place(case, self.window_offset(case))
+        j = np.arange(case.S)
+        hide = np.zeros((case.B, 1, case.T, case.S), dtype=bool)
         if left >= 0:
-            hide |= j < pos - left
+            hide = hide | (j < pos - left)
         if right >= 0:
-            hide |= j > pos + right
+            hide = hide | (j > pos + right)
         return hide
 
+    def keys_hidden(self, case: Case) -> np.ndarray:
+        """[B, 1, T, S]: keys past their sequence's end and query rows past theirs."""
+        tq, sk = self.lengths(case)
+        past = np.arange(case.S)[None, None, None, :] >= sk[:, None, None, None]
+        return past | (np.arange(case.T)[None, None, :, None] >= tq[:, None, None, None])
+
     def blocked(self, case: Case) -> np.ndarray:
-        b = super().blocked(case)
+        b = BaseKernel.blocked(self, case.replace(is_causal=False))
+        if case.is_causal:
+            b = b | (np.arange(case.S) > self.place(case, self.offsets(case)))
         if case.window is not None:
             b = b | self.window_blocked(case)
+        if case.is_varlen:
+            b = b | self.keys_hidden(case)
         return b
 
     # -- score modifications -------------------------------------------------------------------------
@@ -76,9 +100,9 @@ class VariantKernel(BaseKernel):
         return np.broadcast_to(np.asarray(case.alibi_slopes, dtype=np.float64), (case.B, case.Hq))
 
     def distance(self, case: Case) -> np.ndarray:
-        """[T, S] |query position - key position| on the key axis."""
-        pos = np.arange(case.T)[:, None] + self.alibi_offset(case)
-        return np.abs(pos - np.arange(case.S)[None, :]).astype(np.float64)
+        """[B, 1, T, S] |query position - key position| on the key axis."""
+        pos = self.place(case, self.alibi_offset(case))
+        return np.abs(pos - np.arange(case.S)).astype(np.float64)
 
     def alibi(self, case: Case) -> np.ndarray:
         return -self.slopes(case)[:, :, None, None] * self.distance(case)
@@ -127,8 +151,7 @@ class WindowOffByOne(VariantKernel):
         left, _ = self.window_sides(case)
         hide = super().window_blocked(case)
         if left >= 0:
-            pos = np.arange(case.T)[:, None] + self.window_offset(case)
-            hide |= np.arange(case.S)[None, :] == pos - left
+            hide = hide | (np.arange(case.S) == self.place(case, self.window_offset(case)) - left)
         return hide
 
 
@@ -155,7 +178,7 @@ class WindowTopLeft(VariantKernel):
     """Causal is bottom-right as declared, but the window is centred on key i (top-left) when T != S."""
 
     def window_offset(self, case):
-        return 0
+        return np.zeros(case.B, dtype=np.int64)
 
 
 @mutant("window_drops_causal")
@@ -240,8 +263,7 @@ class AlibiCausalShortcut(VariantKernel):
     """+slope * (j - i): the row-shifted form that equals ALiBi only when no key lies after the query."""
 
     def distance(self, case):
-        pos = np.arange(case.T)[:, None] + self.alibi_offset(case)
-        return (pos - np.arange(case.S)[None, :]).astype(np.float64)
+        return (self.place(case, self.alibi_offset(case)) - np.arange(case.S)).astype(np.float64)
 
 
 @mutant("alibi_top_left_distance")
@@ -249,7 +271,7 @@ class AlibiTopLeftDistance(VariantKernel):
     """The distance |i - j| without the S - T offset of the declared bottom-right alignment."""
 
     def alibi_offset(self, case):
-        return 0
+        return np.zeros(case.B, dtype=np.int64)
 
 
 # -- lse -------------------------------------------------------------------------------------------
@@ -295,3 +317,25 @@ class LseGqaKvMajor(VariantKernel):
         out = super().lse(case)
         g = case.Hq // case.Hkv
         return out.reshape(case.B, case.Hkv, g, case.T).transpose(0, 2, 1, 3).reshape(out.shape)
+
+
+# -- variable lengths ------------------------------------------------------------------------------
+@mutant("varlen_global_offset")
+class VarlenGlobalOffset(VariantKernel):
+    """Causal, window and ALiBi positions from the batch's longest lengths (max_seqlen_k - max_seqlen_q)
+    instead of each sequence's own S_b - T_b."""
+
+    def offsets(self, case):
+        tq, sk = self.lengths(case)
+        return np.full(case.B, sk.max() - tq.max())
+
+
+@mutant("varlen_keys_past_end")
+class VarlenKeysPastEnd(VariantKernel):
+    """Each sequence reads max_seqlen_k keys: past its own end, into what follows it in the packed batch."""
+
+    def keys_hidden(self, case):
+        tq, _ = self.lengths(case)
+        return np.broadcast_to(
+            np.arange(case.T)[None, None, :, None] >= tq[:, None, None, None], (case.B, 1, case.T, case.S)
+        )

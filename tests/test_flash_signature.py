@@ -20,8 +20,13 @@ torch = pytest.importorskip("torch")
 from conformance import oracle_variants
 from conformance.harness import registry, signatures
 from conformance.harness.cases import random_case
-from implementations.flash_attn_function import FLASH_ATTN_DEFAULTS, FlashAttnFunctionAdapter
-from implementations.numpy_flash import flash_attn_func
+from implementations.flash_attn_function import (
+    FLASH_ATTN_DEFAULTS,
+    FLASH_ATTN_VARLEN_DEFAULTS,
+    FlashAttnFunctionAdapter,
+    FlashAttnVarlenFunctionAdapter,
+)
+from implementations.numpy_flash import flash_attn_func, flash_attn_varlen_func
 from tests.clause_runner import dtypes_for, run_clause
 
 pytest_plugins = ["pytester"]
@@ -33,7 +38,8 @@ REFERENCE = "implementations.numpy_flash:flash_attn_func"
 def _catalog():
     from tests.clause_runner import load_clauses
 
-    return {cid: info for cid, info in load_clauses().items() if info.module.endswith("test_variants")}
+    mods = ("test_variants", "test_varlen")
+    return {cid: info for cid, info in load_clauses().items() if info.module.endswith(mods)}
 
 
 class Spy:
@@ -82,11 +88,36 @@ def test_the_defaults_are_flash_attention_2s_conventions():
 
 
 @pytest.mark.parametrize("clause_id", sorted(_catalog()))
-def test_the_numpy_reference_conforms_on_every_variant_clause(clause_id):
+def test_the_numpy_references_conform_on_every_variant_clause(clause_id):
     info = _catalog()[clause_id]
-    adapter = FlashAttnFunctionAdapter(flash_attn_func, "numpy-flash-attn", FLASH_ATTN_DEFAULTS.replace(grad=False))
+    dense = FlashAttnFunctionAdapter(flash_attn_func, "numpy-flash-attn", FLASH_ATTN_DEFAULTS.replace(grad=False))
+    varlen = FlashAttnVarlenFunctionAdapter(
+        flash_attn_varlen_func, "numpy-flash-attn-varlen", FLASH_ATTN_VARLEN_DEFAULTS.replace(grad=False)
+    )
     for dtype in dtypes_for(info):
-        assert run_clause(info, adapter, dtype) == "passed", (clause_id, dtype)
+        assert run_clause(info, varlen, dtype) == "passed", (clause_id, dtype)
+        if not info.module.endswith("test_varlen"):
+            assert run_clause(info, dense, dtype) == "passed", (clause_id, dtype)
+
+
+def test_the_varlen_adapter_packs_and_unpacks():
+    calls = []
+
+    def spy(q, k, v, cu_q, cu_k, max_q, max_k, **kw):
+        calls.append((q, k, v, cu_q, cu_k, max_q, max_k, kw))
+        return flash_attn_varlen_func(q, k, v, cu_q, cu_k, max_q, max_k, **kw)
+
+    adapter = FlashAttnVarlenFunctionAdapter(spy, "spy")
+    case = random_case(3, B=3, Hq=4, Hkv=2, T=5, S=7, Dk=8, dtype="float32").replace(
+        seqlens_q=np.array([5, 0, 2]), seqlens_k=np.array([7, 3, 1]), is_causal=True
+    )
+    out = adapter.forward(case)
+    q, k, _, cu_q, cu_k, max_q, max_k, kw = calls[-1]
+    assert tuple(q.shape) == (7, 4, 8) and tuple(k.shape) == (11, 2, 8)
+    assert cu_q.dtype == torch.int32 and cu_q.tolist() == [0, 5, 5, 7] and cu_k.tolist() == [0, 7, 10, 11]
+    assert (max_q, max_k) == (5, 7) and kw == {"softmax_scale": None, "causal": True}
+    assert np.array_equal(q[5:7].numpy(), np.swapaxes(case.query[2, :, :2], 0, 1))
+    assert (out[1] == 0).all() and (out[2, :, 2:] == 0).all()  # padded rows come back as 0
 
 
 # -- the issue's bugs, as functions with the flash-attn signature ----------------------------------
@@ -130,6 +161,24 @@ def lse_kv_major(q, k, v, **kw):
     return res
 
 
+def varlen_reads_max_seqlen_k(q, k, v, cu_q, cu_k, max_q, max_k, **kw):
+    """Each sequence reads max_seqlen_k keys from its start: past its end, into the next sequence."""
+    ends = [min(int(cu_k[b]) + max_k, k.shape[0]) for b in range(len(cu_k) - 1)]
+    outs, lses = [], []
+    for b in range(len(cu_q) - 1):
+        res = flash_attn_func(
+            q[None, int(cu_q[b]) : int(cu_q[b + 1])],
+            k[None, int(cu_k[b]) : ends[b]],
+            v[None, int(cu_k[b]) : ends[b]],
+            return_attn_probs=True,
+            **{n: x for n, x in kw.items() if n != "return_attn_probs"},
+        )
+        outs.append(res[0][0])
+        lses.append(res[1][0])
+    out = torch.cat(outs, dim=0)
+    return (out, torch.cat(lses, dim=1), None) if kw.get("return_attn_probs") else out
+
+
 BUGGY = [
     (window_as_w_w, "WINDOW-01", "window (2, 0)"),
     (window_off_by_one, "WINDOW-01", "window (2, 0)"),
@@ -137,12 +186,15 @@ BUGGY = [
     (alibi_recomputed_pow2, "ALIBI-01", "ALiBi slopes [6]"),
     (lse_base2, "LSE-01", "base 2"),
     (lse_kv_major, "LSE-GQA-02", "kv-major order"),
+    (varlen_reads_max_seqlen_k, "VARLEN-01", "sequences that differ: b=0 (T_b=5, S_b=9)"),
 ]
 
 
 @pytest.mark.parametrize("fn,clause_id,words", BUGGY, ids=[f.__name__ for f, _, _ in BUGGY])
 def test_a_buggy_function_fails_naming_the_variant(fn, clause_id, words):
     adapter = FlashAttnFunctionAdapter(fn, fn.__name__, FLASH_ATTN_DEFAULTS.replace(grad=False))
+    if clause_id.startswith("VARLEN"):
+        adapter = FlashAttnVarlenFunctionAdapter(fn, fn.__name__, FLASH_ATTN_VARLEN_DEFAULTS.replace(grad=False))
     verdict = run_clause(_catalog()[clause_id], adapter, "float32")
     assert verdict.startswith("failed:"), verdict
     assert words in verdict, verdict

@@ -32,11 +32,14 @@ def loop_variant(case, alignment: str) -> tuple[np.ndarray, np.ndarray]:
     out = np.zeros((B, Hq, T, v.shape[3]))
     lse = np.full((B, Hq, T), -math.inf)
     for b in range(B):
+        # variable lengths: sequence b is its first tq queries and sk keys, positions its own
+        tq = T if case.seqlens_q is None else int(case.seqlens_q[b])
+        sk = S if case.seqlens_k is None else int(case.seqlens_k[b])
         for h in range(Hq):
-            for i in range(T):
-                pos = i + (S - T if alignment == "bottom-right" else 0)  # the query's place on the key axis
+            for i in range(tq):
+                pos = i + (sk - tq if alignment == "bottom-right" else 0)  # the query's place on the key axis
                 row = []
-                for j in range(S):
+                for j in range(sk):
                     if mask is not None and mask[b, h, i, j]:
                         continue
                     if case.is_causal and j > pos:
@@ -191,3 +194,52 @@ def test_lower_means_the_same_in_float64(alignment):
         got = oracle.forward(low, causal_alignment=alignment)
         np.testing.assert_allclose(got.out, want.out, rtol=1e-12, atol=1e-13)
         assert np.array_equal(got.blocked, want.blocked)
+
+
+@pytest.mark.parametrize("alignment", ["top-left", "bottom-right"])
+def test_variable_lengths_match_per_sequence_loop(alignment):
+    """Each sequence is its own problem: its lengths set its causal, window and ALiBi positions;
+    zero-length and single-token sequences included; padded rows are 0 with lse -inf."""
+    B, Hq, T, S = 5, 3, 6, 9
+    tq = np.array([6, 1, 0, 4, 3])
+    sk = np.array([9, 7, 5, 0, 2])
+    for seed, (causal, window, alibi) in enumerate(((True, None, False), (False, (2, 1), True), (True, (1, 0), True))):
+        case = random_case(seed, B=B, Hq=Hq, Hkv=1, T=T, S=S, Dk=4, Dv=3, dtype="float64", is_causal=causal).replace(
+            seqlens_q=tq,
+            seqlens_k=sk,
+            window=window,
+            alibi_slopes=oracle_variants.alibi_slopes_for(Hq) if alibi else None,
+            softcap=2.0 if seed == 2 else None,
+        )
+        got = oracle_variants.forward(case, causal_alignment=alignment)
+        want_out, want_lse = loop_variant(case, alignment)
+        np.testing.assert_allclose(got.out, want_out, rtol=1e-12, atol=1e-13, err_msg=case.describe())
+        assert np.array_equal(np.isneginf(got.lse), np.isneginf(want_lse)), case.describe()
+        live = np.isfinite(want_lse)
+        np.testing.assert_allclose(got.lse[live], want_lse[live], rtol=1e-12, atol=1e-12)
+        pad = oracle_variants.padding(case)
+        assert pad.sum() == (T - tq).sum() and (got.weights[:, :, :, :][pad[:, None, :].repeat(Hq, 1)] == 0).all()
+        # each sequence alone, as a dense case of its own lengths, gives the same rows
+        for b in range(B):
+            if tq[b] == 0:
+                continue
+            alone = case.replace(
+                query=case.query[b : b + 1, :, : tq[b]],
+                key=case.key[b : b + 1, :, : sk[b]],
+                value=case.value[b : b + 1, :, : sk[b]],
+                seqlens_q=None,
+                seqlens_k=None,
+            )
+            if sk[b] == 0:
+                assert (got.out[b, :, : tq[b]] == 0).all()
+                continue
+            one = oracle_variants.forward(alone, causal_alignment=alignment)
+            np.testing.assert_allclose(got.out[b, :, : tq[b]], one.out[0], rtol=1e-13, atol=1e-14)
+
+
+def test_lengths_are_checked():
+    case = random_case(1, B=2, Hq=1, T=3, S=4, Dk=4, dtype="float64")
+    with pytest.raises(ValueError, match="outside"):
+        oracle_variants.forward(case.replace(seqlens_q=np.array([4, 1])))
+    with pytest.raises(ValueError, match="expected"):
+        oracle_variants.forward(case.replace(seqlens_k=np.array([1, 2, 3])))

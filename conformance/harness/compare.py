@@ -67,7 +67,8 @@ def case_key(case: Case) -> str:
     h.update(repr((case.is_causal, case.scale, case.dropout_p)).encode())
     if case.has_variant:
         slopes = None if case.alibi_slopes is None else np.asarray(case.alibi_slopes, dtype=np.float64)
-        h.update(repr((case.window, case.softcap, None if slopes is None else slopes.tolist())).encode())
+        lens = [None if x is None else np.asarray(x).tolist() for x in (case.seqlens_q, case.seqlens_k)]
+        h.update(repr((case.window, case.softcap, None if slopes is None else slopes.tolist(), lens)).encode())
     return h.hexdigest()
 
 

@@ -5,7 +5,8 @@ API it replaces. Each name here maps to the adapter that translates the contract
 signature (``implementations/``), and only translates: a feature the signature has no argument for
 is declared unsupported, never emulated. ``sdpa`` (the default) is
 ``torch.nn.functional.scaled_dot_product_attention``'s; ``flash-attn`` is FlashAttention 2's
-``flash_attn_func`` (``[B, T, H, D]``, causal bottom-right, windows, softcap, ALiBi, lse).
+``flash_attn_func`` (``[B, T, H, D]``, causal bottom-right, windows, softcap, ALiBi, lse);
+``flash-attn-varlen`` its ``flash_attn_varlen_func`` (sequences packed with cumulative lengths).
 
 A sub-plugin of the conformance plugin (it adds the option); the plugin passes the chosen name to
 :func:`conformance.harness.registry.resolve`. Adapter objects and classes ignore it: they bring
@@ -33,6 +34,11 @@ SIGNATURES: dict[str, tuple[str, str]] = {
         "implementations.flash_attn_function:FlashAttnFunctionAdapter",
         "fn(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, "
         "alibi_slopes=None, deterministic=False, return_attn_probs=False), [B, T, H, D], causal bottom-right",
+    ),
+    "flash-attn-varlen": (
+        "implementations.flash_attn_function:FlashAttnVarlenFunctionAdapter",
+        "fn(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, ...the same as flash-attn), "
+        "packed [total, H, D], int32 cumulative lengths",
     ),
 }
 

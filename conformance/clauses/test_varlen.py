@@ -1,0 +1,110 @@
+"""Variable-length batches (FlashAttention's varlen API): every sequence is its own attention problem.
+
+A varlen kernel receives sequences packed back to back with cumulative lengths; the bugs are index
+bugs: positions taken from the batch's longest lengths (``max_seqlen_k - max_seqlen_q``) instead of
+the sequence's own, keys read past a sequence's end into the next one, edge sequences (one token,
+no keys, no queries) mishandled. The case is defined as per-sequence dense problems (the first
+``seqlens_q[b]`` queries and ``seqlens_k[b]`` keys of item b); the adapter lowers it to its form
+(packed + cu_seqlens for ``flash-attn-varlen``), and the variant oracle answers each sequence on its
+own. A failure names the sequence: ``b`` in the report is the sequence's index, and the case line
+lists every sequence's lengths.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from conformance.clauses.test_variants import DECODE, OFFSET, assert_variant_output, check_blocked_pattern, slopes
+from conformance.harness.cases import random_case
+from conformance.harness.clause import clause
+from conformance.harness.definitions import Definition
+from conformance.harness.lse import assert_lse_matches
+
+VARLEN_DOC = "flash_attn_varlen_func docstring"
+CU_SEQLENS = Definition(
+    "flash-attn-varlen",
+    VARLEN_DOC,
+    (
+        "q: (total_q, nheads, headdim), where total_q = total number of query tokens in the batch.",
+        "cu_seqlens_k: (batch_size + 1,), dtype torch.int32. The cumulative sequence lengths of the sequences in "
+        "the batch, used to index into kv.",
+    ),
+)
+VARLEN_WINDOW = Definition(
+    "flash-attn-varlen",
+    VARLEN_DOC,
+    (
+        "Query at position i will only attend to keys between [i + seqlen_k - seqlen_q - window_size[0], "
+        "i + seqlen_k - seqlen_q + window_size[1]] inclusive.",
+        "A bias of (-alibi_slope * |i + seqlen_k - seqlen_q - j|) is added to the attention score of query i and "
+        "key j.",
+    ),
+)
+
+
+def ragged(seed: int, dtype: str, tq, sk, **kw):
+    """A batch of len(tq) sequences, sequence b with tq[b] queries and sk[b] keys."""
+    tq, sk = np.asarray(tq), np.asarray(sk)
+    case = random_case(seed, B=len(tq), T=int(tq.max()), S=int(sk.max()), dtype=dtype, **kw)
+    return case.replace(seqlens_q=tq, seqlens_k=sk, label="varlen")
+
+
+@clause(
+    "VARLEN-01",
+    "sequences of different lengths in one batch: each sequence's output (and lse) is that of its own problem, no key read past its end",
+    CU_SEQLENS,
+    requires=["varlen"],
+    kills=["varlen_keys_past_end"],
+)
+def test_varlen_sequences(impl, dtype):
+    case = ragged(1000, dtype, [5, 2, 7, 3], [9, 4, 7, 12], Hq=4, Hkv=2, Dk=16)
+    impl.require(case)
+    assert_variant_output(impl, case)
+    check_blocked_pattern(impl, case)
+    if impl.declaration.returns_lse:
+        assert_lse_matches(impl, case)
+
+
+@clause(
+    "VARLEN-CAUSAL-02",
+    "causal over a varlen batch aligns each sequence by its own lengths (bottom-right: S_b - T_b), not by the batch's longest",
+    OFFSET,
+    requires=["varlen", "causal"],
+    kills=["varlen_global_offset"],
+)
+def test_varlen_causal(impl, dtype):
+    case = ragged(1010, dtype, [4, 6, 1, 3], [10, 6, 5, 3], Hq=2, Dk=8, is_causal=True)
+    impl.require(case)
+    check_blocked_pattern(impl, case)
+    assert_variant_output(impl, case)
+
+
+@clause(
+    "VARLEN-WINDOW-ALIBI-03",
+    "sliding windows and ALiBi distances over a varlen batch use each sequence's own query and key lengths",
+    VARLEN_WINDOW,
+    requires=["varlen", "window", "alibi"],
+    kills=["varlen_global_offset"],
+)
+def test_varlen_window_alibi(impl, dtype):
+    case = ragged(1020, dtype, [3, 7, 5], [11, 7, 6], Hq=6, Hkv=2, Dk=8).replace(window=(2, 1))
+    impl.require(case)
+    check_blocked_pattern(impl, case)
+    assert_variant_output(impl, case.replace(alibi_slopes=slopes(6)))
+
+
+@clause(
+    "VARLEN-EDGES-04",
+    "edge sequences in a varlen batch: a one-token decode query against a long history, a sequence with no keys (its rows get the declared fill), a sequence with no queries",
+    DECODE,
+    requires=["varlen"],
+    kills=["varlen_keys_past_end", "varlen_global_offset"],
+)
+def test_varlen_edges(impl, dtype):
+    case = ragged(1030, dtype, [1, 4, 0, 1, 3], [13, 0, 5, 1, 3], Hq=2, Dk=8)
+    impl.require(case)
+    assert_variant_output(impl, case)
+    causal = case.replace(is_causal=True, label=case.label + " causal")
+    if impl.supports(causal):
+        check_blocked_pattern(impl, causal)
+        assert_variant_output(impl, causal)
