@@ -205,16 +205,19 @@ class FA2Exp2(ZooKernel):
     has_grad = True
     KTILE, QTILE = 16, 8
 
-    def _s2(self, case, work, q, k, rows=slice(None), cols=slice(None)):
-        """Scores in log2 units: q.k * (scale * log2 e) + M * log2 e."""
+    def _s2(self, case, work, q, kt, add, rows=slice(None), cols=slice(None)):
+        """Scores in log2 units: q.k * (scale * log2 e) + M * log2 e (kt: K^T with heads repeated)."""
         c = work(case.effective_scale * LOG2E)
-        add = _additive(case, work)[:, :, rows, cols]
-        kt = np.swapaxes(_repeat_kv(k, case.Hq)[:, :, cols], -1, -2)
-        return (q[:, :, rows] @ kt) * c + add * work(LOG2E)
+        return (q[:, :, rows] @ kt[..., cols]) * c + add[:, :, rows, cols] * work(LOG2E)
+
+    @staticmethod
+    def _operands(case, work, k):
+        return np.ascontiguousarray(np.swapaxes(_repeat_kv(k, case.Hq), -1, -2)), _additive(case, work)
 
     def _forward(self, case, work, q, k, v):
         rnd = _rounder(case, work)
         ve = _repeat_kv(v, case.Hq)
+        kt, add = self._operands(case, work, k)
         out = np.zeros(case.out_shape, dtype=work)
         lse2 = np.zeros((case.B, case.Hq, case.T, 1), dtype=work)
         ktile = self.KTILE if case.S <= 2048 else 512
@@ -226,7 +229,7 @@ class FA2Exp2(ZooKernel):
             acc = np.zeros((case.B, case.Hq, n, case.Dv), dtype=work)
             for s0 in range(0, case.S, ktile):
                 cols = slice(s0, min(s0 + ktile, case.S))
-                s2 = self._s2(case, work, q, k, rows, cols)
+                s2 = self._s2(case, work, q, kt, add, rows, cols)
                 m_new = np.maximum(m, s2.max(axis=-1, keepdims=True))
                 ref = np.where(np.isneginf(m_new), work(0), m_new)
                 alpha = np.exp2(np.where(np.isneginf(m), -np.inf, m - ref))
@@ -253,7 +256,8 @@ class FA2Exp2(ZooKernel):
         do = np.asarray(grad_out).astype(work)
         ke, ve = _repeat_kv(k, case.Hq), _repeat_kv(v, case.Hq)
         live = np.isfinite(lse2)
-        p = np.where(live, np.exp2(self._s2(case, work, q, k) - np.where(live, lse2, 0)), work(0))
+        kt, add = self._operands(case, work, k)
+        p = np.where(live, np.exp2(self._s2(case, work, q, kt, add) - np.where(live, lse2, 0)), work(0))
         d = (do * o).sum(axis=-1, keepdims=True)
         dv = np.swapaxes(rnd(p), -1, -2) @ do
         ds = rnd(p * (do @ np.swapaxes(ve, -1, -2) - d))
