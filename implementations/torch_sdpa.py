@@ -343,11 +343,14 @@ cpu_flash = TorchSDPA(
         dropout=False,
         requires_dk_eq_dv=True,
         backend="flash",
+        memory_scaling="linear",
         notes=(
             "torch 2.13 CPU, SDPBackend.FLASH_ATTENTION forced. Measured: all four dtypes, bool and "
             "float masks, GQA, head dims up to 1024; refuses dropout ('Both fused kernels do not "
             "support non-zero dropout.') and Dk != Dv; refusals are raised as NotApplicable with "
-            "torch's reason. Zeros for all-blocked rows, top-left causal, repeatable, batch invariant."
+            "torch's reason. Zeros for all-blocked rows, top-left causal, repeatable, batch invariant. "
+            "Peak extra memory of a forward grows linearly in S at T = S (MEM-SCALING-01: exponent ~0.3 "
+            "from 512 to 2048, against 2 for a materialised T x S matrix)."
         ),
     ),
     backend=SDPBackend.FLASH_ATTENTION,
@@ -385,6 +388,7 @@ cuda_flash = TorchSDPA(
         max_head_dim=256,
         requires_dk_eq_dv=True,
         backend="flash",
+        memory_scaling="linear",
         notes=_CUDA_UNMEASURED
         + "SDPBackend.FLASH_ATTENTION forced: fp16/bf16 on sm80+, no attn_mask, Dk == Dv <= 256; "
         "is_causal with T != S is refused (torch will not expose FlashAttention-2's bottom-right "
@@ -399,6 +403,7 @@ cuda_efficient = TorchSDPA(
     _CUDA.replace(
         dtypes=frozenset({"float32", "float16", "bfloat16"}),
         backend="efficient",
+        memory_scaling="linear",
         notes=_CUDA_UNMEASURED
         + "SDPBackend.EFFICIENT_ATTENTION forced: fp16/fp32/bf16, bool and float masks, Dk == Dq, "
         "head dims aligned to 4 (fp32) or 8 (half); causal uses the top-left mask type.",
@@ -413,6 +418,7 @@ cuda_cudnn = TorchSDPA(
         dtypes=_HALF,
         max_head_dim=128,
         backend="cudnn",
+        memory_scaling="linear",
         notes=_CUDA_UNMEASURED
         + "SDPBackend.CUDNN_ATTENTION forced: fp16/bf16 on sm80+, head dims multiple of 8 and <= 128 "
         "(256 on sm90/sm100 with new cuDNN), S > 1, dropout only in multiples of 1/16; torch calls "

@@ -38,7 +38,7 @@ OPT_DTYPES = "perf_dtypes"
 PROP = "sdpa_perf"
 GRID_SETTINGS: dict[str, dict[str, Any]] = {
     "tiny": {"budget": {"seconds": 0.15, "min_reps": 3, "max_reps": 50}, "max_call_s": 2.0, "timeout": 300.0},
-    "quick": {"budget": {"seconds": 0.6, "min_reps": 5, "max_reps": 200}, "max_call_s": 3.0, "timeout": 900.0},
+    "quick": {"budget": {"seconds": 0.5, "min_reps": 3, "max_reps": 200}, "max_call_s": 3.0, "timeout": 900.0},
     "full": {"budget": {"seconds": 3.0, "min_reps": 10, "max_reps": 1000}, "max_call_s": 30.0, "timeout": 3600.0},
 }
 _DATA = pytest.StashKey[dict]()

@@ -4,8 +4,9 @@ FlashAttention-style kernels avoid storing the T x S matrix (003_648455d5abd1677
 归一化避免保存完整矩阵"), so with T = S their extra memory grows like S (inputs' copies, the output,
 O(S) statistics and fixed-size tiles); a kernel that materialises the scores grows like S^2. The
 exponent is read from the last doubling, 2S -> 4S, where the quadratic term dominates any constant
-or linear part: ``log2(peak(4S) / peak(2S))``. The least-squares exponent over all points is
-reported too. Thresholds, with the reasons:
+or linear part: ``log2(peak(4S) / peak(2S))``, and by least squares over all points; the steeper of
+the two decides (one noisy reading can flatten a single step, rarely both). Thresholds, with the
+reasons:
 
 * exponent <= LINEAR_MAX (1.3): linear (or less). A linear kernel with a fixed workspace lands
   below 1; 1.3 leaves room for page granularity and allocator rounding at the smallest size.
@@ -67,9 +68,10 @@ def classify(sizes: list[int], peaks: list[int | None], matrix_bytes: int | None
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
     den = sum((x - mx) ** 2 for x in xs)
     fit = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / den if den else exponent
-    if exponent <= LINEAR_MAX:
+    steepest = max(exponent, fit)  # a noisy last step must not hide a quadratic trend (nor fake one)
+    if steepest <= LINEAR_MAX:
         verdict = LINEAR
-    elif exponent >= QUADRATIC_MIN:
+    elif steepest >= QUADRATIC_MIN:
         verdict = QUADRATIC
     else:
         verdict = SUPERLINEAR

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import pickle
 import sys
+import time
 import traceback
 from typing import Any
 
@@ -200,8 +201,11 @@ def _environment(adapter: Any) -> dict:
         return {"error": str(exc)}
 
 
+_START = time.perf_counter()
+
+
 def _progress(msg: str) -> None:
-    print(f"[perf worker] {msg}", file=sys.stderr, flush=True)
+    print(f"[perf worker {time.perf_counter() - _START:7.1f} s] {msg}", file=sys.stderr, flush=True)
 
 
 def main(argv: list[str]) -> int:
