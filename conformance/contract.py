@@ -89,6 +89,33 @@ def dtype_name(dtype: np.dtype) -> str:
     return dtype.name
 
 
+@dataclass(frozen=True)
+class CacheForm:
+    """How a KV-cache kernel receives a case's keys and values (``--signature=flash-attn-kvcache``).
+
+    It changes the form, never the meaning: every adapter but a KV-cache one ignores it, and the
+    answer is the case's. ``page_size``: None for one contiguous cache per sequence, else pages of
+    that many slots placed in a shuffled block table (block 0 a null block no sequence owns, unused
+    table entries pointing at it, unused slots filled with values no correct kernel reads);
+    ``append``: the last ``append`` keys and values of every sequence are passed as new ones for the
+    kernel to append to its cache before attending; ``splits``: the kernel's ``num_splits`` (0: its
+    own choice); ``seed``: the shuffle and the filler.
+    """
+
+    page_size: int | None = None
+    append: int = 0
+    splits: int = 0
+    seed: int = 0
+
+    def describe(self) -> str:
+        parts = ["contiguous cache" if self.page_size is None else f"paged cache, page size {self.page_size}"]
+        if self.append:
+            parts.append(f"append {self.append}")
+        if self.splits:
+            parts.append(f"num_splits {self.splits}")
+        return ", ".join(parts)
+
+
 @dataclass(frozen=True, eq=False)
 class Case:
     """One attention problem, in the spec's layout and mask convention.
@@ -125,6 +152,7 @@ class Case:
     # result (0 in the output). None: every sequence has T queries and S keys.
     seqlens_q: np.ndarray | None = None
     seqlens_k: np.ndarray | None = None
+    kv_form: CacheForm | None = None  # the form a KV-cache kernel receives the keys in (no change of meaning)
 
     @property
     def dtype(self) -> str:
@@ -214,6 +242,8 @@ class Case:
             parts.append(f"seqlens_q={np.asarray(self.seqlens_q).tolist()}")
         if self.seqlens_k is not None:
             parts.append(f"seqlens_k={np.asarray(self.seqlens_k).tolist()}")
+        if self.kv_form is not None:
+            parts.append(f"[{self.kv_form.describe()}]")
         parts.append(f"seed={self.seed}")
         if self.label:
             parts.append(f"[{self.label}]")
@@ -269,6 +299,13 @@ class Declaration:
     lse_base: LseBase = "e"
     lse_empty: LseEmpty = "-inf"
     varlen: bool = False
+    # KV caches (flash_attn_with_kvcache): per-sequence key lengths with dense queries (cache_seqlens),
+    # paged caches with a block table (page sizes a multiple of ``page_size_multiple``; FlashAttention
+    # 2: 256), and new keys appended to the cache by the kernel (Case.kv_form says which form a case uses).
+    kv_lengths: bool = False
+    paged_kv: bool = False
+    page_size_multiple: int | None = None
+    kv_append: bool = False
     # Performance claims (issue 11; tested by the perf profile's clauses, conformance/clauses/test_perf.py):
     # ``memory_scaling``: how the forward's peak extra memory grows with S at T = S ("linear": the
     # T x S matrix is never stored, FlashAttention-style; None: not claimed, measured and reported).
@@ -375,8 +412,18 @@ class Declaration:
             reasons.append("declares no softcap support")
         if case.alibi_slopes is not None and not self.alibi:
             reasons.append("declares no ALiBi support")
-        if case.is_varlen and not self.varlen:
-            reasons.append("declares no variable-length sequences (varlen)")
+        if case.seqlens_q is not None and not self.varlen:
+            reasons.append("declares no variable-length query sequences (varlen)")
+        if case.seqlens_k is not None and not (self.varlen or self.kv_lengths):
+            reasons.append("declares no per-sequence key lengths (varlen, kv_lengths)")
+        form = case.kv_form
+        if form is not None and form.page_size is not None:
+            if not self.paged_kv:
+                reasons.append("declares no paged KV cache (paged_kv)")
+            elif self.page_size_multiple and form.page_size % self.page_size_multiple:
+                reasons.append(f"declares page sizes multiple of {self.page_size_multiple}, case has {form.page_size}")
+        if form is not None and form.append and not self.kv_append:
+            reasons.append("declares no appending to the KV cache (kv_append)")
         return reasons
 
 

@@ -9,6 +9,7 @@ BUILTINS: dict[str, str] = {
     "numpy": "implementations.numpy_kernel:NumpyAdapter",
     "numpy-flash-attn": "implementations.numpy_flash:NumpyFlashAdapter",
     "numpy-flash-attn-varlen": "implementations.numpy_flash:NumpyFlashVarlenAdapter",
+    "numpy-flash-attn-kvcache": "implementations.numpy_flash:NumpyFlashKVCacheAdapter",
     "torch-eager": "implementations.torch_eager:TorchEagerAdapter",
     "torch-sdpa": "implementations.torch_sdpa:cpu_default",
     "torch-sdpa-math": "implementations.torch_sdpa:cpu_math",

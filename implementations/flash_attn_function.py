@@ -142,7 +142,7 @@ class FlashAttnFunctionAdapter:
 
 # -- variable lengths: flash_attn_varlen_func ------------------------------------------------------
 FLASH_ATTN_VARLEN_DEFAULTS = FLASH_ATTN_DEFAULTS.replace(
-    varlen=True, notes="plain function with FlashAttention 2's flash_attn_varlen_func signature"
+    varlen=True, kv_lengths=True, notes="plain function with FlashAttention 2's flash_attn_varlen_func signature"
 )
 
 

@@ -30,6 +30,7 @@ from implementations.flash_attn_function import (
     FlashAttnFunctionAdapter,
     FlashAttnVarlenFunctionAdapter,
 )
+from implementations.flash_attn_kvcache import FLASH_ATTN_KVCACHE_DEFAULTS, FlashAttnKVCacheFunctionAdapter
 
 TILE = 16
 
@@ -69,6 +70,49 @@ def _round_to(p: np.ndarray, kind: Any) -> np.ndarray:
     return p
 
 
+def _head(qh, kh, vh, cols, rows, *, scale, softcap, left, right, slope, acc_t, kind):
+    """One (sequence, head): an online softmax over tiles of the key positions ``cols``, queries at
+    positions ``rows`` on the same axis. Returns (out [T, Dv], lse [T]), -inf where no key is seen."""
+    T, Dv = qh.shape[0], vh.shape[1]
+    m = np.full(T, -np.inf, dtype=acc_t)
+    l = np.zeros(T, dtype=acc_t)
+    acc = np.zeros((T, Dv), dtype=acc_t)
+    for t0 in range(0, len(cols), TILE):
+        idx = np.arange(t0, min(t0 + TILE, len(cols)))
+        s = (qh @ kh[idx].T) * acc_t(scale)
+        if softcap:
+            s = acc_t(softcap) * np.tanh(s / acc_t(softcap))
+        rel = cols[idx][None, :] - rows[:, None]  # key position minus query position
+        hide = np.zeros(s.shape, dtype=bool)
+        if right >= 0:
+            hide |= rel > right
+        if left >= 0:
+            hide |= rel < -left
+        if slope is not None:
+            s = s - acc_t(slope) * np.abs(rel).astype(acc_t)
+        s = np.where(hide, -np.inf, s)
+        m_new = np.maximum(m, s.max(axis=1))
+        base = np.where(np.isneginf(m_new), 0.0, m_new).astype(acc_t)
+        p = np.exp(s - base[:, None])
+        alpha = np.exp(m - base)
+        l = l * alpha + p.sum(axis=1)
+        acc = acc * alpha[:, None] + _round_to(p, kind) @ vh[idx]
+        m = m_new
+    seen = l > 0
+    out = np.where(seen[:, None], acc / np.where(seen, l, 1.0)[:, None], 0.0)
+    with np.errstate(divide="ignore"):
+        lse = np.where(seen, m + np.log(np.where(seen, l, 1.0)), -np.inf)
+    return out, lse
+
+
+def _options(D, softmax_scale, causal, window_size):
+    scale = 1.0 / math.sqrt(D) if softmax_scale is None else float(softmax_scale)
+    left, right = (int(w) for w in window_size)
+    if causal:
+        right = 0  # FlashAttention: causal is the window (left, 0)
+    return scale, left, right
+
+
 def flash_attn_func(
     q,
     k,
@@ -93,10 +137,7 @@ def flash_attn_func(
     if H % Hkv:
         raise ValueError(f"number of query heads {H} must be divisible by the number of kv heads {Hkv}")
     group = H // Hkv
-    scale = 1.0 / math.sqrt(D) if softmax_scale is None else float(softmax_scale)
-    left, right = (int(w) for w in window_size)
-    if causal:
-        right = 0  # FlashAttention: causal is the window (left, 0)
+    scale, left, right = _options(D, softmax_scale, causal, window_size)
     slopes = None
     if alibi_slopes is not None:
         slopes = np.broadcast_to(np.asarray(_as_numpy(alibi_slopes)[0], dtype=np.float32), (B, H))
@@ -107,39 +148,130 @@ def flash_attn_func(
     for b in range(B):
         for h in range(H):
             kv = h // group
-            qh = qn[b, :, h, :].astype(acc_t)
-            m = np.full(T, -np.inf, dtype=acc_t)
-            l = np.zeros(T, dtype=acc_t)
-            acc = np.zeros((T, Dv), dtype=acc_t)
-            for s0 in range(0, S, TILE):
-                cols = np.arange(s0, min(s0 + TILE, S))
-                s = (qh @ kn[b, cols, kv, :].astype(acc_t).T) * acc_t(scale)
-                if softcap:
-                    s = acc_t(softcap) * np.tanh(s / acc_t(softcap))
-                rel = cols[None, :] - rows[:, None]  # key position minus query position
-                hide = np.zeros(s.shape, dtype=bool)
-                if right >= 0:
-                    hide |= rel > right
-                if left >= 0:
-                    hide |= rel < -left
-                if slopes is not None:
-                    s = s - acc_t(slopes[b, h]) * np.abs(rel).astype(acc_t)
-                s = np.where(hide, -np.inf, s)
-                m_new = np.maximum(m, s.max(axis=1))
-                base = np.where(np.isneginf(m_new), 0.0, m_new).astype(acc_t)
-                p = np.exp(s - base[:, None])
-                alpha = np.exp(m - base)
-                l = l * alpha + p.sum(axis=1)
-                acc = acc * alpha[:, None] + _round_to(p, kind) @ vn[b, cols, kv, :].astype(acc_t)
-                m = m_new
-            seen = l > 0
-            out[b, :, h, :] = np.where(seen[:, None], acc / np.where(seen, l, 1.0)[:, None], 0.0)
-            with np.errstate(divide="ignore"):
-                lse[b, h] = np.where(seen, m + np.log(np.where(seen, l, 1.0)), -np.inf)
+            out[b, :, h, :], lse[b, h] = _head(
+                qn[b, :, h, :].astype(acc_t),
+                kn[b, :, kv, :].astype(acc_t),
+                vn[b, :, kv, :].astype(acc_t),
+                np.arange(S),
+                rows,
+                scale=scale,
+                softcap=softcap,
+                left=left,
+                right=right,
+                slope=None if slopes is None else slopes[b, h],
+                acc_t=acc_t,
+                kind=kind,
+            )
     result = _back(out, kind)
     if return_attn_probs:
         lse_out = lse if kind[0] == "numpy" else _back(lse, ("torch", _torch_dtype(lse.dtype), kind[2]))
         return result, lse_out, None
+    return result
+
+
+def _merge(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Split-KV combine: partial (out, lse) of disjoint key sets into the whole row's (out, lse)."""
+    lses = np.stack([p[1] for p in parts])  # [n, T]
+    top = lses.max(axis=0)
+    safe = np.where(np.isneginf(top), 0.0, top)
+    w = np.exp(lses - safe)  # 0 for parts that saw nothing
+    total = w.sum(axis=0)
+    out = sum(wi[:, None] * p[0] for wi, p in zip(w, parts))
+    seen = total > 0
+    out = np.where(seen[:, None], out / np.where(seen, total, 1.0)[:, None], 0.0)
+    with np.errstate(divide="ignore"):
+        lse = np.where(seen, safe + np.log(np.where(seen, total, 1.0)), -np.inf)
+    return out, lse
+
+
+def _slot(pos: int, b: int, block_table, page: int) -> tuple[int, int]:
+    """(cache row, slot) of key position ``pos`` of sequence ``b``."""
+    if block_table is None:
+        return b, pos
+    return int(block_table[b, pos // page]), pos % page
+
+
+def flash_attn_with_kvcache(
+    q,
+    k_cache,
+    v_cache,
+    k=None,
+    v=None,
+    rotary_cos=None,
+    rotary_sin=None,
+    cache_seqlens=None,
+    cache_batch_idx=None,
+    cache_leftpad=None,
+    block_table=None,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    rotary_interleaved=True,
+    alibi_slopes=None,
+    num_splits=0,
+    return_softmax_lse=False,
+):
+    """FlashAttention 2's KV-cache forward in NumPy. New keys ``k`` / ``v`` are written into the
+    caches (in place, as FlashAttention does) at ``cache_seqlens[b]`` onwards, through the block table
+    when there is one; sequence b then attends to its first ``cache_seqlens[b] + T_new`` slots.
+    ``num_splits > 1`` splits those keys into that many parts, each attended on its own and combined
+    by their lse (flash-decoding). Rotary embeddings, ``cache_batch_idx`` and ``cache_leftpad`` are
+    not implemented."""
+    if rotary_cos is not None or rotary_sin is not None or cache_batch_idx is not None or cache_leftpad is not None:
+        raise NotImplementedError("this reference kernel has no rotary, cache_batch_idx or cache_leftpad")
+    qn, kind = _as_numpy(q)
+    B, T, H, D = qn.shape
+    page = int(k_cache.shape[1])
+    table = None if block_table is None else np.asarray(_as_numpy(block_table)[0], dtype=np.int64)
+    if cache_seqlens is None:
+        lens = np.full(B, page if table is None else table.shape[1] * page)
+    elif isinstance(cache_seqlens, int):
+        lens = np.full(B, cache_seqlens)
+    else:
+        lens = np.asarray(_as_numpy(cache_seqlens)[0], dtype=np.int64).reshape(B)
+    new = 0
+    if k is not None:
+        new = int(k.shape[1])
+        for b in range(B):
+            for t in range(new):
+                row, slot = _slot(int(lens[b]) + t, b, table, page)
+                k_cache[row, slot] = k[b, t]
+                v_cache[row, slot] = v[b, t]
+    kc, _ = _as_numpy(k_cache)
+    vc, _ = _as_numpy(v_cache)
+    Hkv, Dv = kc.shape[2], vc.shape[3]
+    group = H // Hkv
+    scale, left, right = _options(D, softmax_scale, causal, window_size)
+    slopes = None
+    if alibi_slopes is not None:
+        slopes = np.broadcast_to(np.asarray(_as_numpy(alibi_slopes)[0], dtype=np.float32), (B, H))
+    acc_t = np.float64 if qn.dtype == np.float64 else np.float32
+    out = np.zeros((B, T, H, Dv), dtype=acc_t)
+    lse = np.full((B, H, T), -np.inf, dtype=acc_t)
+    for b in range(B):
+        L = int(lens[b]) + new
+        where = [_slot(p, b, table, page) for p in range(L)]
+        keys = np.array([kc[r, s_] for r, s_ in where]).reshape(L, Hkv, D).astype(acc_t)
+        vals = np.array([vc[r, s_] for r, s_ in where]).reshape(L, Hkv, Dv).astype(acc_t)
+        rows = np.arange(T) + (L - T)
+        chunks = np.array_split(np.arange(L), max(int(num_splits), 1)) if L else [np.arange(0)]
+        for h in range(H):
+            kv = h // group
+            opts = dict(
+                scale=scale,
+                softcap=softcap,
+                left=left,
+                right=right,
+                slope=None if slopes is None else slopes[b, h],
+                acc_t=acc_t,
+                kind=kind,
+            )
+            parts = [_head(qn[b, :, h, :].astype(acc_t), keys[c, kv], vals[c, kv], c, rows, **opts) for c in chunks]
+            out[b, :, h, :], lse[b, h] = _merge(parts) if len(parts) > 1 else parts[0]
+    result = _back(out, kind)
+    if return_softmax_lse:
+        return result, (lse if kind[0] == "numpy" else _back(lse, ("torch", _torch_dtype(lse.dtype), kind[2])))
     return result
 
 
@@ -216,3 +348,11 @@ class NumpyFlashVarlenAdapter(FlashAttnVarlenFunctionAdapter):
             grad=False, notes="NumPy reference kernel with the flash-attn-varlen signature"
         )
         super().__init__(flash_attn_varlen_func, "numpy-flash-attn-varlen", decl)
+
+
+class NumpyFlashKVCacheAdapter(FlashAttnKVCacheFunctionAdapter):
+    """The built-in ``numpy-flash-attn-kvcache``: :func:`flash_attn_with_kvcache` through the kvcache adapter."""
+
+    def __init__(self) -> None:
+        decl = FLASH_ATTN_KVCACHE_DEFAULTS.replace(notes="NumPy reference kernel with the flash-attn-kvcache signature")
+        super().__init__(flash_attn_with_kvcache, "numpy-flash-attn-kvcache", decl)

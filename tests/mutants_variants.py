@@ -35,6 +35,9 @@ class VariantKernel(BaseKernel):
             alibi=True,
             returns_lse=True,
             varlen=True,
+            kv_lengths=True,
+            paged_kv=True,
+            kv_append=True,
             grad=False,
             notes="self-test kernel with FlashAttention's variants",
         )

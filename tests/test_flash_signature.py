@@ -38,7 +38,7 @@ REFERENCE = "implementations.numpy_flash:flash_attn_func"
 def _catalog():
     from tests.clause_runner import load_clauses
 
-    mods = ("test_variants", "test_varlen")
+    mods = ("test_variants", "test_varlen", "test_kvcache")
     return {cid: info for cid, info in load_clauses().items() if info.module.endswith(mods)}
 
 
@@ -81,23 +81,55 @@ def test_a_mask_has_no_argument_to_go_to():
         adapter.forward(case)
 
 
+def test_the_kvcache_adapter_lowers_to_shuffled_pages():
+    from conformance.contract import CacheForm
+    from implementations.flash_attn_kvcache import lowered_cache
+    from tests.mutants_kvcache import gather
+
+    sk = np.array([7, 1, 12])
+    case = random_case(4, B=3, Hq=2, Hkv=2, T=1, S=12, Dk=8, dtype="float32").replace(seqlens_k=sk)
+    for page in (1, 5, 16):
+        parts = lowered_cache(case, CacheForm(page_size=page, append=1, seed=page))
+        table, kc = parts["block_table"], parts["k_cache"]
+        assert table.dtype == np.int32 and kc.shape[1] == page
+        assert np.array_equal(parts["cache_seqlens"], (sk - 1).astype(np.int32))
+        used = [int(table[b, p]) for b in range(3) for p in range(-(-int(sk[b]) // page))]
+        assert 0 not in used and len(set(used)) == len(used)  # the null block is nobody's; no page shared
+        assert np.abs(kc[0]).max() > 10  # the null block holds filler, never keys
+        for b in range(3):
+            cached = gather(kc, table, b, int(sk[b]) - 1, page)
+            assert np.array_equal(cached, np.swapaxes(case.key[b], 0, 1)[: sk[b] - 1])
+            assert np.array_equal(parts["k"][b, 0], case.key[b, :, sk[b] - 1])
+        in_order = 1 + np.arange(3)[:, None] * table.shape[1] + np.arange(table.shape[1])[None, :]
+        assert not np.array_equal(table, in_order)  # shuffled: a kernel that ignores the table reads wrong pages
+
+
 def test_the_defaults_are_flash_attention_2s_conventions():
     d = FLASH_ATTN_DEFAULTS
     assert d.causal_alignment == "bottom-right" and d.gqa and not d.bool_mask and not d.float_mask
     assert d.window and d.softcap and d.alibi and d.returns_lse and d.lse_base == "e"
 
 
+def _references():
+    from implementations.numpy_flash import NumpyFlashKVCacheAdapter
+
+    return (
+        FlashAttnFunctionAdapter(flash_attn_func, "numpy-flash-attn", FLASH_ATTN_DEFAULTS.replace(grad=False)),
+        FlashAttnVarlenFunctionAdapter(
+            flash_attn_varlen_func, "numpy-flash-attn-varlen", FLASH_ATTN_VARLEN_DEFAULTS.replace(grad=False)
+        ),
+        NumpyFlashKVCacheAdapter(),
+    )
+
+
 @pytest.mark.parametrize("clause_id", sorted(_catalog()))
 def test_the_numpy_references_conform_on_every_variant_clause(clause_id):
+    """Each reference passes every variant clause its declaration covers, and some reference runs each."""
     info = _catalog()[clause_id]
-    dense = FlashAttnFunctionAdapter(flash_attn_func, "numpy-flash-attn", FLASH_ATTN_DEFAULTS.replace(grad=False))
-    varlen = FlashAttnVarlenFunctionAdapter(
-        flash_attn_varlen_func, "numpy-flash-attn-varlen", FLASH_ATTN_VARLEN_DEFAULTS.replace(grad=False)
-    )
-    for dtype in dtypes_for(info):
-        assert run_clause(info, varlen, dtype) == "passed", (clause_id, dtype)
-        if not info.module.endswith("test_varlen"):
-            assert run_clause(info, dense, dtype) == "passed", (clause_id, dtype)
+    verdicts = {(a.name, d): run_clause(info, a, d) for a in _references() for d in dtypes_for(info)}
+    failed = {k: v for k, v in verdicts.items() if not v.startswith(("passed", "skipped: not applicable"))}
+    assert not failed, failed
+    assert any(v == "passed" for v in verdicts.values()), verdicts
 
 
 def test_the_varlen_adapter_packs_and_unpacks():
@@ -255,3 +287,19 @@ def test_signature_without_impl_is_a_usage_error(pytester):
     result = pytester.runpytest_inprocess(VARIANT_CLAUSES, "--signature=flash-attn", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert any("--signature needs --impl" in ln for ln in result.errlines), result.errlines
+
+
+@pytest.mark.usefixtures("restore_hypothesis_profile")
+def test_command_line_certifies_the_kvcache_reference(pytester):
+    kv = str(Path(VARIANT_CLAUSES).with_name("test_kvcache.py"))
+    result = pytester.runpytest_inprocess(
+        kv,
+        "--impl=implementations.numpy_flash:flash_attn_with_kvcache",
+        "--signature=flash-attn-kvcache",
+        "--allow-partial",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+    )
+    out = result.stdout.str()
+    assert result.ret == 0 and "16 passed" in out, out

@@ -73,7 +73,12 @@ def _variant_words(case: Case, align: str) -> str:
     parts = []
     if case.is_varlen:
         tq, sk = oracle_variants.lengths(case)
-        parts.append(f"varlen seqlens_q={tq.tolist()} seqlens_k={sk.tolist()}")
+        if case.seqlens_q is None:
+            parts.append(f"per-sequence key lengths {sk.tolist()} (T={case.T} each)")
+        else:
+            parts.append(f"varlen seqlens_q={tq.tolist()} seqlens_k={sk.tolist()}")
+    if case.kv_form is not None:
+        parts.append(case.kv_form.describe())
     if case.window is not None:
         parts.append(f"window {tuple(case.window)}")
     if case.is_causal:

@@ -6,7 +6,8 @@ signature (``implementations/``), and only translates: a feature the signature h
 is declared unsupported, never emulated. ``sdpa`` (the default) is
 ``torch.nn.functional.scaled_dot_product_attention``'s; ``flash-attn`` is FlashAttention 2's
 ``flash_attn_func`` (``[B, T, H, D]``, causal bottom-right, windows, softcap, ALiBi, lse);
-``flash-attn-varlen`` its ``flash_attn_varlen_func`` (sequences packed with cumulative lengths).
+``flash-attn-varlen`` its ``flash_attn_varlen_func`` (sequences packed with cumulative lengths);
+``flash-attn-kvcache`` its ``flash_attn_with_kvcache`` (contiguous or paged caches, appends, splits).
 
 A sub-plugin of the conformance plugin (it adds the option); the plugin passes the chosen name to
 :func:`conformance.harness.registry.resolve`. Adapter objects and classes ignore it: they bring
@@ -39,6 +40,12 @@ SIGNATURES: dict[str, tuple[str, str]] = {
         "implementations.flash_attn_function:FlashAttnVarlenFunctionAdapter",
         "fn(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, ...the same as flash-attn), "
         "packed [total, H, D], int32 cumulative lengths",
+    ),
+    "flash-attn-kvcache": (
+        "implementations.flash_attn_kvcache:FlashAttnKVCacheFunctionAdapter",
+        "fn(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, block_table=None, softmax_scale=None, "
+        "causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None, num_splits=0, "
+        "return_softmax_lse=False), contiguous or paged [num_blocks, page_size, Hkv, D] caches",
     ),
 }
 
