@@ -241,6 +241,8 @@ def flash_attn_with_kvcache(
     kc, _ = _as_numpy(k_cache)
     vc, _ = _as_numpy(v_cache)
     Hkv, Dv = kc.shape[2], vc.shape[3]
+    if H % Hkv:
+        raise ValueError(f"number of query heads {H} must be divisible by the number of kv heads {Hkv}")
     group = H // Hkv
     scale, left, right = _options(D, softmax_scale, causal, window_size)
     slopes = None
