@@ -29,22 +29,26 @@ ROW_FIELDS |= {"first_call_s", "n", "peak_bytes", "floor_ratio", "backend", "mat
 
 # -- pieces ------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
-    "peaks, verdict",
+    "peaks, matrix, verdict",
     [
-        ([1_000_000, 2_000_000, 4_000_000], "linear"),
-        ([3_000_000, 3_100_000, 3_200_000], "linear"),  # a fixed workspace
-        ([0, 0, 0], "linear"),  # nothing allocated: one page each
-        ([1_000_000, 4_000_000, 16_000_000], "quadratic"),
-        ([1_500_000, 5_000_000, 17_000_000], "quadratic"),  # S^2 plus a linear part
-        ([1_000_000, 2_000_000, 5_600_000], "superlinear"),
-        ([None, None, 1], "unmeasured"),
+        ([1_000_000, 2_000_000, 4_000_000], 16 << 20, "linear"),
+        ([3_000_000, 3_100_000, 3_200_000], 16 << 20, "linear"),  # a fixed workspace
+        ([0, 0, 0], 16 << 20, "linear"),  # nothing allocated: one page each
+        ([390_000, 1_400_000, 1_700_000], 16 << 20, "linear"),  # buffers that grow in a step (torch CPU flash)
+        ([1_000_000, 4_000_000, 16_000_000], 16 << 20, "quadratic"),
+        ([1_500_000, 5_000_000, 17_000_000], 16 << 20, "quadratic"),  # S^2 plus a linear part
+        ([5_190_000, 25_900_000, 67_800_000], 16 << 20, "quadratic"),  # a noisy middle reading (jax)
+        ([1_000_000, 3_000_000, 7_000_000], 1 << 20, "superlinear"),
+        ([1_000_000, 3_000_000, 7_000_000], 16 << 20, "linear"),  # too small to hold the T x S matrix
+        ([106_496, 225_280, 1_277_952], 4 << 20, "linear"),  # steep, but a quarter of the matrix at most
+        ([None, None, 1], 16 << 20, "unmeasured"),
     ],
 )
-def test_scaling_classification(peaks, verdict):
-    got = perf_scaling.classify([512, 1024, 2048], peaks, 2048 * 2048 * 4)
+def test_scaling_classification(peaks, matrix, verdict):
+    got = perf_scaling.classify([512, 1024, 2048], peaks, matrix)
     assert got.verdict == verdict, got
     if verdict != "unmeasured":
-        assert "S=2048" in got.sentence() and got.fit_exponent is not None
+        assert "S=2048" in got.sentence() and got.fit_exponent is not None and got.last_exponent is not None
 
 
 def test_quantiles_say_which_are_backed():

@@ -137,7 +137,7 @@ def perf_section(perf: dict | None, spec: str) -> str:
             item = np_dtype(str(ms.get("dtype"))).itemsize  # B = H = 1 in the clause's ladder
             out.append(
                 f"<p><b>MEM-SCALING-01</b>: declared <code>memory_scaling={_e(ms.get('claimed'))}</code>; measured "
-                f"<b>{_e(verdict)}</b> (exponent {_e(sc.get('exponent'))} over the last doubling) in "
+                f"<b>{_e(verdict)}</b> (exponent {_e(sc.get('exponent'))} from the smallest to the largest size) in "
                 f"{_e(ms.get('dtype'))}.</p>"
             )
             out.append(
