@@ -49,7 +49,7 @@ def declarations_ruling_out(case: Case, decl: Declaration) -> list[str]:
         (bool(case.softcap), "softcap=false"),
         (case.alibi_slopes is not None, "alibi=false"),
         (case.seqlens_q is not None, "varlen=false"),
-        (case.seqlens_k is not None and case.seqlens_q is None, "kv_lengths=false varlen=false"),
+        (case.seqlens_k is not None and case.seqlens_q is None, "kv_lengths=false --declare varlen=false"),
         (case.kv_form is not None and case.kv_form.page_size is not None, "paged_kv=false"),
         (case.kv_form is not None and bool(case.kv_form.append), "kv_append=false"),
     )
