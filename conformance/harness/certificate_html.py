@@ -176,10 +176,10 @@ def perf_section(perf: dict | None, spec: str) -> str:
             out.append(
                 "<p class='muted'>Each row is one fixed (B, Hq, Hkv, T, S, D, dtype, is_causal). The first call is "
                 "timed on its own (initialisation, compilation); p50/p90/p99 come from the repetitions after it "
-                "(* : fewer samples than that quantile needs: p90 10, p99 100). x floor: p50 over the p50 of the "
-                "two GEMMs of the same shapes in the same framework, measured in the same run. Peak extra memory: "
-                "one forward call, "
-                "above what existed before it. Wall-clock figures on a shared machine are upper bounds.</p>"
+                "(* : fewer samples than that quantile needs: p90 10, p99 100). x floor: best time over the best time "
+                "of the two GEMMs of the same shapes in the same framework, measured in the same run. Peak extra "
+                "memory: one forward call, above what existed before it. Wall-clock figures on a shared machine "
+                "are upper bounds.</p>"
             )
             out.append(f"<div class='chart'>{inline_svg(perf_charts.latency_svg(report))}</div>")
             out.append(f"<div class='chart'>{inline_svg(perf_charts.memory_svg(report))}</div>")

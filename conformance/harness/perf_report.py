@@ -44,13 +44,15 @@ def flat_row(rec: dict) -> dict:
     out["timing_mode"] = rec.get("mode")
     bwd = rec.get("backward")
     if bwd:
-        out["backward"] = {k: bwd.get(k) for k in ("first_call_s", "p50_s", "p90_s", "p99_s", "n", "stable")}
+        out["backward"] = {k: bwd.get(k) for k in ("first_call_s", "p50_s", "p90_s", "p99_s", "min_s", "n", "stable")}
         out["backward"]["mode"] = rec.get("backward_mode")
         out["backward"]["floor_ratio"] = rec.get("backward_floor_ratio")
     floor = rec.get("floor") or {}
     out["floor_p50_s"] = floor.get("p50_s")
+    out["floor_min_s"] = floor.get("min_s")
     out["floor"] = floor.get("what") or floor.get("error")
-    out["floor_ratio"] = rec.get("floor_ratio")
+    out["floor_ratio"] = rec.get("floor_ratio")  # best kernel time / best floor time
+    out["floor_ratio_p50"] = rec.get("floor_ratio_p50")
     out["backend"] = rec.get("backend")
     out["backend_evidence"] = rec.get("backend_evidence")
     mem = rec.get("memory") or {}
