@@ -31,7 +31,13 @@ FORMULA = Source(
     "the output agrees with the float64 oracle within the stated tolerance over the whole drawn case space: shapes, "
     "GQA ratios, every mask form (boolean, additive, both, rows blocked entirely), causal, scale, memory layouts",
     FORMULA,
-    kills=["causal_off_by_one", "gqa_wrong_mapping", "batch_mask_mixup", "value_in_similarity"],
+    # one dtype each: a kill shrinks its example, which costs seconds per dtype in the self-tests
+    kills=[
+        "causal_off_by_one@float32",
+        "gqa_wrong_mapping@bfloat16",
+        "batch_mask_mixup@float16",
+        "value_in_similarity@float64",
+    ],
 )
 @examples(25)
 @given(data=st.data())

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from conformance.harness import coverage as space_coverage
 from conformance.harness import perf
 from conformance.harness.clause import CLAUSES, info_of
 
@@ -192,6 +193,7 @@ def build(config: pytest.Config) -> dict:
             baseline={k: v for k, v in base.items() if k != "per_dtype"} or None,
         )
         entry["perf"] = perf.certificate_section(config, spec)  # issue 11: perf data and error ratios
+        entry["space_coverage"] = space_coverage.table(space_coverage.counts(config).get(spec, {}), impl.declaration)
         doc["adapters"][spec] = entry
     return doc
 
@@ -252,6 +254,8 @@ def render_markdown(doc: dict) -> str:
             out.append(
                 f"| {cid} | {_MARK.get(cl['outcome'], cl['outcome'])} | {_esc(cl['detail'])} | {_esc(cl['title'])} |"
             )
+        if a.get("space_coverage"):
+            out += space_coverage.render_markdown(a["space_coverage"])
         out.append("\n## Error against the float64 oracle, per dtype\n")
         out.append(f"Source: {a['error_stats_source']}.\n")
         if a["error_stats"]:

@@ -13,6 +13,7 @@ the inputs were not modified and that the result is not a view of them.
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +21,7 @@ import numpy as np
 import pytest
 
 from conformance.contract import Case, Declaration, NotApplicable, np_dtype
+from conformance.harness import coverage
 from conformance.harness.report import AdapterError, ClauseViolation
 from conformance.harness.runstate import DEFAULT_CALL_TIMEOUT
 
@@ -111,6 +113,7 @@ class Impl:
         self.cases_run = 0  # kernel calls that returned
         self.refused: list[str] = []  # cases refused although the declaration covers them
         self.examples_run = 0  # hypothesis examples that reached the kernel
+        self.cells: Counter[str] = Counter()  # case-space cells reached (harness.coverage)
         self._last_example: Any = None
 
     def _count_example(self) -> None:
@@ -184,6 +187,7 @@ class Impl:
             if not same:
                 raise AdapterError(f"{self.name}.{what} modified its input {name!r} in place", case)
         self.cases_run += 1
+        self.cells.update(coverage.cells_of(case))
         return result, [a for _, a in inputs]
 
     def _check_array(self, arr: Any, what: str, shape: tuple, case: Case, inputs: list) -> np.ndarray:

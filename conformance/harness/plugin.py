@@ -17,11 +17,21 @@ from typing import Any
 
 import pytest
 
-from conformance.harness import baseline, certificate, failures, perf, runstate, selfdefense, signatures
+from conformance.harness import (
+    baseline,
+    certificate,
+    coverage,
+    failures,
+    ordering,
+    perf,
+    runstate,
+    selfdefense,
+    signatures,
+)
 from conformance.harness.clause import info_of
 from conformance.harness.runstate import State, get_state
 
-SUBPLUGINS = (certificate, baseline, selfdefense, signatures, perf)
+SUBPLUGINS = (certificate, baseline, selfdefense, signatures, coverage, ordering, perf)
 
 
 def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:

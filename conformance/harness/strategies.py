@@ -112,7 +112,7 @@ BIAS_VALUES: tuple[float, ...] = (0.0, -1.0, 1.0, -0.5, 0.5, -2.0, 2.0, float("-
 SCALES: tuple[float | None, ...] = (None, 0.5, 0.25, 1.0, 0.3)
 VALUE_STEP = 0.25  # values are k * VALUE_STEP with |k| <= VALUE_UNITS: dyadic, exact in every dtype
 VALUE_UNITS = 8
-ELEMENTWISE_MAX = 256  # arrays up to this many elements are drawn element by element (shrinkable)
+ELEMENTWISE_MAX = 512  # arrays up to this many elements are drawn element by element (shrinkable)
 
 
 @dataclass(frozen=True)
@@ -193,10 +193,18 @@ class Drawn:
 def _show(a: np.ndarray) -> str:
     a = np.asarray(a)
     if a.size > ELEMENTWISE_MAX:
-        return f"<{'x'.join(map(str, a.shape))} array, filled from a drawn seed>"
+        return f"<{'x'.join(map(str, a.shape))} array: {ELEMENTWISE_MAX} elements drawn, the rest from a drawn seed>"
     vals = a if a.dtype.kind in "bi" else a.astype(np.float64)
     text = np.array2string(vals, separator=", ", max_line_width=10_000, threshold=ELEMENTWISE_MAX + 1)
     return " ".join(text.split())
+
+
+def _mostly_not_first(options) -> st.SearchStrategy:
+    """Choose among ``options``, shrinking to the first (the simplest: 1, "none", None) but
+    generating it rarely: the other options are listed three times. Generation then meets batches,
+    GQA groups and masks together often, while a failure still shrinks to the plain case."""
+    options = tuple(options)
+    return st.sampled_from(options[:1] + options[1:] * 3)
 
 
 def _rarely(draw, percent: int) -> bool:
@@ -211,6 +219,28 @@ def _length(draw, sp: Space) -> int:
     return draw(st.integers(1, sp.max_len))
 
 
+RELATIONS: tuple[str, ...] = ("any", "T == S", "T < S", "T > S", "decode T = 1", "S = 1")
+
+
+def _lengths(draw, sp: Space) -> tuple[int, int]:
+    """(T, S) in a relation drawn first: each shape class gets its share of examples (hypothesis
+    mutates an example's values more often than its shape, so a class left to chance is rare)."""
+    rel = draw(st.sampled_from(RELATIONS))
+    if rel == "decode T = 1":
+        return 1, _length(draw, sp)
+    if rel == "S = 1":
+        return _length(draw, sp), 1
+    a = _length(draw, sp)
+    if rel == "T == S":
+        return a, a
+    b = _length(draw, sp)
+    if rel == "T < S" and a >= b:
+        a, b = (a, a + 1) if a == b else (b, a)
+    elif rel == "T > S" and a <= b:
+        a, b = (a + 1, a) if a == b else (b, a)
+    return a, b
+
+
 def _dim(draw, sp: Space, allowed: tuple[int, ...]) -> int:
     tails = tuple(d for d in TAIL_LENGTHS if d in allowed)
     if tails and _rarely(draw, sp.tail_percent):
@@ -218,17 +248,41 @@ def _dim(draw, sp: Space, allowed: tuple[int, ...]) -> int:
     return draw(st.sampled_from(tuple(d for d in allowed if d not in TAIL_LENGTHS)))
 
 
-def _values(draw, shape: tuple[int, ...], dtype: str) -> np.ndarray:
-    """Dyadic values k/4, |k| <= 8: element-wise when small (each shrinks to 0), else from a seed."""
-    from hypothesis.extra.numpy import arrays
+def _drawn(draw, shape: tuple[int, ...], decode, rest) -> np.ndarray:
+    """An array whose first ``ELEMENTWISE_MAX`` elements (in C order) are decoded from bytes that
+    hypothesis draws (``decode(uint8 array)``, byte 0 decoding to the simplest value), and whose
+    remaining ones ``rest(rng, count)`` fills from a drawn seed.
 
-    from conformance.harness.cases import cast, rng_for
+    One byte string per array, not one choice per element: the shrinker lowers each byte towards 0
+    just the same, at a fraction of the cost of hundreds of separate choices. Its length may exceed
+    the array (up to the cap), so when the shrinker tries a smaller shape the drawn bytes still fit
+    (an exact length would make them misfit, and the smaller shape look like a pass), and the bytes
+    past the array are dropped in one step; a shape beyond the cap adds one seed, so a smaller shape
+    is never a longer example.
+    """
+    from conformance.harness.cases import rng_for
 
     n = int(np.prod(shape))
+    m = min(n, ELEMENTWISE_MAX)
+    raw = draw(st.binary(min_size=m, max_size=ELEMENTWISE_MAX))
+    head = decode(np.frombuffer(raw, dtype=np.uint8)[:m])
     if n <= ELEMENTWISE_MAX:
-        units = draw(arrays(np.int8, shape, elements=st.integers(-VALUE_UNITS, VALUE_UNITS), fill=st.nothing()))
-    else:
-        units = rng_for(draw(st.integers(0, 2**31 - 1))).integers(-VALUE_UNITS, VALUE_UNITS + 1, size=shape)
+        return head.reshape(shape)
+    tail = rest(rng_for(draw(st.integers(0, 2**31 - 1))), n - ELEMENTWISE_MAX)
+    return np.concatenate([head, tail.astype(head.dtype)]).reshape(shape)
+
+
+def _zigzag(raw: np.ndarray) -> np.ndarray:
+    """Bytes to integers in [-VALUE_UNITS, VALUE_UNITS]: 0, -1, 1, -2, 2, ... (0 first, small next)."""
+    u = raw.astype(np.int64) % (2 * VALUE_UNITS + 1)
+    return np.where(u % 2 == 1, -(u + 1) // 2, u // 2)
+
+
+def _values(draw, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    """Dyadic values k/4, |k| <= 8 (each drawn one shrinks to 0)."""
+    from conformance.harness.cases import cast
+
+    units = _drawn(draw, shape, _zigzag, lambda rng, n: rng.integers(-VALUE_UNITS, VALUE_UNITS + 1, size=n))
     return cast(units.astype(np.float64) * VALUE_STEP, dtype)
 
 
@@ -238,24 +292,16 @@ def _form_shape(form: str, B: int, H: int, T: int, S: int) -> tuple[int, ...]:
 
 
 def _mask_bits(draw, shape: tuple[int, ...]) -> np.ndarray:
-    from hypothesis.extra.numpy import arrays
-
-    from conformance.harness.cases import rng_for
-
-    if int(np.prod(shape)) <= ELEMENTWISE_MAX:
-        return draw(arrays(np.bool_, shape, elements=st.booleans(), fill=st.nothing()))
-    return rng_for(draw(st.integers(0, 2**31 - 1))).random(shape) < 0.3
+    """True = blocked; each drawn bit shrinks to False (visible)."""
+    return _drawn(draw, shape, lambda raw: raw % 2 == 1, lambda rng, n: rng.random(n) < 0.3)
 
 
 def _bias_values(draw, shape: tuple[int, ...]) -> np.ndarray:
-    from hypothesis.extra.numpy import arrays
-
-    from conformance.harness.cases import rng_for
-
-    if int(np.prod(shape)) <= ELEMENTWISE_MAX:
-        return draw(arrays(np.float64, shape, elements=st.sampled_from(BIAS_VALUES), fill=st.nothing()))
-    idx = rng_for(draw(st.integers(0, 2**31 - 1))).integers(0, len(BIAS_VALUES), size=shape)
-    return np.asarray(BIAS_VALUES)[idx]
+    """Values of the additive M from BIAS_VALUES, -inf included; each drawn one shrinks to 0."""
+    values = np.asarray(BIAS_VALUES)
+    return _drawn(
+        draw, shape, lambda raw: values[raw % len(values)], lambda rng, n: values[rng.integers(0, len(values), n)]
+    )
 
 
 def _rows(shape: tuple[int, ...]) -> int:
@@ -308,26 +354,25 @@ def configs(draw, decl: Declaration, dtype: str, *, sp: Space | None = None, gra
 
     sp = sp or space()
     # -- shape ------------------------------------------------------------------------------------
-    B = draw(st.integers(1, sp.max_batch))
-    Hkv = draw(st.integers(1, 2)) if decl.gqa else draw(st.integers(1, 3))
-    group = draw(st.integers(1, sp.max_group)) if decl.gqa else 1
+    B = draw(_mostly_not_first(range(1, sp.max_batch + 1)))
+    Hkv = draw(st.sampled_from((1, 2))) if decl.gqa else draw(_mostly_not_first((1, 2, 3)))  # Hkv = 1: MQA
+    group = draw(_mostly_not_first(range(1, sp.max_group + 1))) if decl.gqa else 1
     Hq = Hkv * group
     if sp.buckets:
         T, S = draw(st.sampled_from(sp.buckets))
     else:
-        T = _length(draw, sp)
-        S = T if draw(st.sampled_from(("free", "T == S"))) == "T == S" else _length(draw, sp)
+        T, S = _lengths(draw, sp)
     dims = sp.bucket_dims or (SMALL_DIMS + TAIL_LENGTHS)
     if decl.max_head_dim is not None:
         dims = tuple(d for d in dims if d <= decl.max_head_dim) or (min(decl.max_head_dim, 1),)
     Dk = _dim(draw, sp, dims)
     Dv = Dk if decl.requires_dk_eq_dv or draw(st.booleans()) else _dim(draw, sp, dims)
     # -- masks, causal, scale ---------------------------------------------------------------------
-    mask_form = draw(st.sampled_from(MASK_FORMS)) if decl.bool_mask else "none"
-    bias_form = draw(st.sampled_from(MASK_FORMS)) if decl.float_mask else "none"
+    mask_form = draw(_mostly_not_first(MASK_FORMS)) if decl.bool_mask else "none"
+    bias_form = draw(_mostly_not_first(MASK_FORMS)) if decl.float_mask else "none"
     has_mask, has_bias = mask_form != "none", bias_form != "none"
     is_causal = draw(st.booleans()) if decl.causal else False
-    scale = draw(st.sampled_from(SCALES)) if decl.custom_scale else None
+    scale = draw(_mostly_not_first(SCALES)) if decl.custom_scale else None
     empties_ok = empty_rows_allowed(decl, has_mask=has_mask, has_bias=has_bias, is_causal=is_causal, grad=grad)
     if is_causal and decl.causal_alignment == "bottom-right" and T > S and not empties_ok:
         is_causal = False  # its first T - S rows would be empty, which this kernel has not declared
