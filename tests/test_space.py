@@ -45,13 +45,13 @@ DECLARATIONS = {
 }
 
 
-def _draw_all(decl: Declaration, n: int, *, grad: bool = False) -> list:
+def _draw_all(decl: Declaration, n: int, *, grad: bool = False, sp: strategies.Space = strategies.CI_SPACE) -> list:
     drawn = []
 
     @settings(max_examples=n, derandomize=True, database=None, deadline=None)
     @given(data=st.data())
     def collect(data):
-        drawn.append(data.draw(strategies.configs(decl, "float32", sp=strategies.CI_SPACE, grad=grad)))
+        drawn.append(data.draw(strategies.configs(decl, "float32", sp=sp, grad=grad)))
 
     collect()
     return drawn
@@ -93,6 +93,24 @@ def test_space_reaches_the_named_features():
     # tile tails are drawn rarely on purpose (the ci profile stays cheap); the rest must all appear
     missing = [f for f in meant if not seen[f] and "tile-tail" not in f]
     assert not missing, missing
+
+
+@pytest.mark.parametrize("name", sorted(DECLARATIONS))
+def test_compiling_kernels_meet_few_structures(name):
+    """A kernel that compiles per shape (``compiles_per_shape = True``) gets the ci profile's few
+    structures: every drawn case keys one of at most len(COMPILING_STRUCTURES) compiled programs,
+    and each is still admitted by the declaration."""
+    decl = DECLARATIONS[name]
+    sp = strategies.space_for(SimpleNamespace(adapter=SimpleNamespace(compiles_per_shape=True)))
+    assert sp.structures == strategies.COMPILING_STRUCTURES
+    assert strategies.space_for(SimpleNamespace(adapter=object())) is strategies.CI_SPACE
+    keys = set()
+    for d in _draw_all(decl, 60, sp=sp):
+        c = d.case
+        assert not decl.not_supported_reasons(c), d
+        shapes = tuple(None if a is None else np.shape(a) for a in (c.query, c.key, c.value, c.mask, c.bias))
+        keys.add((shapes, c.is_causal, c.scale))
+    assert 3 <= len(keys) <= len(strategies.COMPILING_STRUCTURES), keys
 
 
 def _cells(case) -> set[str]:

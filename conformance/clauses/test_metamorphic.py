@@ -19,7 +19,7 @@ from conformance.harness.cases import cast, random_case, random_mask, rng_for
 from conformance.harness.clause import Source, clause
 from conformance.harness.impl import Impl
 from conformance.harness.report import ClauseViolation, mismatch_report
-from conformance.harness.strategies import examples, seeds, shapes
+from conformance.harness.strategies import examples, seeds, shapes, space_for
 
 WEIGHTED_SUM = Source("000", "§2 从单个 Query 到公式", "o = \\sum_{j=1}^{S}\\alpha_j v_j")
 MAX_SHIFT = Source(
@@ -47,7 +47,9 @@ def _draw_case(
     data, impl: Impl, dtype: str, seed: int, *, mask: bool = True, min_s: int = 1, square: bool = False
 ) -> Case:
     decl = impl.declaration
-    shp = data.draw(shapes(gqa=decl.gqa, square_dims=square or decl.requires_dk_eq_dv), label="shape")
+    shp = data.draw(
+        shapes(gqa=decl.gqa, square_dims=square or decl.requires_dk_eq_dv, sp=space_for(impl)), label="shape"
+    )
     S = max(shp.S, min_s)
     Dk, Dv = shp.Dk, shp.Dv
     if decl.max_head_dim is not None:

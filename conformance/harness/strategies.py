@@ -8,6 +8,7 @@ rather than by habit; the profile multiplies them.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -77,8 +78,17 @@ def shapes(
     max_len: int = 17,
     dims: tuple[int, ...] = (1, 2, 3, 4, 5, 8, 16, 24, 32),
     square_dims: bool = False,
+    sp: Space | None = None,
 ) -> Shape:
-    """Small attention shapes, T != S and Dk != Dv included; shrinks towards 1s."""
+    """Small attention shapes, T != S and Dk != Dv included; shrinks towards 1s.
+
+    With a ``sp`` that lists structures (a kernel that compiles per shape, ci profile: see
+    :func:`space_for`), the shape is one of theirs, so the clause compiles few distinct shapes.
+    """
+    if sp is not None and sp.structures:
+        one = draw(st.sampled_from(sp.structures))
+        g = one.group if gqa else 1
+        return Shape(one.B, one.Hkv * g, one.Hkv, one.T, one.S, one.Dk, one.Dk if square_dims else one.Dv)
     B = draw(st.integers(1, 3))
     Hkv = draw(st.integers(1, 3))
     group = draw(st.integers(1, 3)) if gqa else 1
@@ -116,13 +126,47 @@ ELEMENTWISE_MAX = 512  # arrays up to this many elements are drawn element by el
 
 
 @dataclass(frozen=True)
+class Structure:
+    """Everything about a case that a compiling kernel keys its compiled program on: the shapes,
+    which masks are present and their broadcast forms, is_causal and the scale."""
+
+    B: int
+    Hkv: int
+    group: int
+    T: int
+    S: int
+    Dk: int
+    Dv: int
+    mask_form: str
+    bias_form: str
+    is_causal: bool
+    scale: float | None
+
+    def admitted(self, decl: Declaration) -> Structure:
+        """This structure with every feature ``decl`` rules out turned off (never rejected)."""
+        cap = decl.max_head_dim or max(self.Dk, self.Dv)
+        Dk = min(self.Dk, cap)
+        return dataclasses.replace(
+            self,
+            group=self.group if decl.gqa else 1,
+            Dk=Dk,
+            Dv=Dk if decl.requires_dk_eq_dv else min(self.Dv, cap),
+            mask_form=self.mask_form if decl.bool_mask else "none",
+            bias_form=self.bias_form if decl.float_mask else "none",
+            is_causal=self.is_causal and decl.causal,
+            scale=self.scale if decl.custom_scale else None,
+        )
+
+
+@dataclass(frozen=True)
 class Space:
     """How far the drawn space reaches; the profile picks one (:func:`space`).
 
     ``tail_percent`` is the chance (in %) that a sequence length or head dim is drawn from the
-    tile-tail lengths instead of the small ones; ``buckets``, when given, restricts (T, S) to those
-    pairs and head dims to ``bucket_dims``, for kernels that compile per shape (their cold cost is
-    one compilation per distinct shape, so a run draws from a few shapes only).
+    tile-tail lengths instead of the small ones. ``structures``, when given, replaces the free draw
+    of shapes, mask forms, is_causal and scale by a choice among these few, for kernels that compile
+    per shape (their cold cost is one compilation per distinct structure and dtype); masks, rows
+    blocked entirely, layouts and values are still drawn freely within each.
     """
 
     max_len: int = 9
@@ -130,24 +174,33 @@ class Space:
     max_group: int = 8
     tail_percent: int = 4
     max_empty_rows: int = 2
-    buckets: tuple[tuple[int, int], ...] | None = None
-    bucket_dims: tuple[int, ...] | None = None
+    structures: tuple[Structure, ...] | None = None
 
 
 CI_SPACE = Space()
 THOROUGH_SPACE = Space(max_len=17, tail_percent=10, max_empty_rows=3)
-# For kernels that compile per shape: every T/S relation, decode T = 1, S = 1 and a tile tail, in six
-# (T, S) pairs and three head dims; B, H, the GQA ratio, masks, layouts and values still vary freely.
-COMPILING_BUCKETS: tuple[tuple[int, int], ...] = ((1, 1), (1, 7), (5, 5), (4, 9), (9, 4), (33, 33))
-COMPILING_DIMS: tuple[int, ...] = (3, 8, 16)
+# For kernels that compile per shape, in the ci profile: eight structures that between them meet
+# every T/S relation (decode T = 1, S = 1, a tile tail), B and H > 1, GQA 1:1 to 8:1 and MQA, every
+# broadcast form of both masks, both together, causal with each, custom scales, head dims off 8 and
+# Dk != Dv. The first is the simplest, where a failure shrinks to when it can.
+COMPILING_STRUCTURES: tuple[Structure, ...] = (
+    Structure(1, 1, 1, 1, 1, 8, 8, "none", "none", False, None),
+    Structure(2, 1, 8, 1, 7, 8, 8, "[B,1,1,S]", "[1,H,T,S]", False, None),
+    Structure(2, 2, 2, 5, 5, 16, 16, "[B,1,1,S]", "[B,H,T,S]", True, 0.5),
+    Structure(3, 1, 4, 4, 9, 3, 5, "[B,H,T,S]", "[1,1,T,S]", True, None),
+    Structure(2, 2, 3, 9, 4, 8, 8, "[1,H,T,S]", "[T,S]", False, 0.25),
+    Structure(2, 2, 1, 6, 1, 5, 8, "[T,S]", "[B,1,T,S]", True, None),
+    Structure(1, 2, 2, 33, 33, 8, 8, "[B,1,T,S]", "[B,1,1,S]", True, 1.0),
+    Structure(2, 1, 2, 3, 6, 8, 8, "[1,1,T,S]", "none", False, None),
+)
 
 
 def space(compiles_per_shape: bool = False) -> Space:
-    """The space of the loaded profile; ``compiles_per_shape`` buckets the ci profile's shapes."""
+    """The space of the loaded profile; ``compiles_per_shape`` gives the ci profile's few structures."""
     if _PROFILE["name"] == "thorough":
         return THOROUGH_SPACE
     if compiles_per_shape:
-        return Space(buckets=COMPILING_BUCKETS, bucket_dims=COMPILING_DIMS, tail_percent=0)
+        return Space(structures=COMPILING_STRUCTURES, tail_percent=0)
     return CI_SPACE
 
 
@@ -346,6 +399,24 @@ def empty_rows_allowed(decl: Declaration, *, has_mask: bool, has_bias: bool, is_
     return True
 
 
+def _free_structure(draw, decl: Declaration, sp: Space) -> Structure:
+    """Shapes, mask forms, is_causal and scale drawn freely from what ``decl`` admits."""
+    B = draw(_mostly_not_first(range(1, sp.max_batch + 1)))
+    Hkv = draw(st.sampled_from((1, 2))) if decl.gqa else draw(_mostly_not_first((1, 2, 3)))  # Hkv = 1: MQA
+    group = draw(_mostly_not_first(range(1, sp.max_group + 1))) if decl.gqa else 1
+    T, S = _lengths(draw, sp)
+    dims = SMALL_DIMS + TAIL_LENGTHS
+    if decl.max_head_dim is not None:
+        dims = tuple(d for d in dims if d <= decl.max_head_dim) or (min(decl.max_head_dim, 1),)
+    Dk = _dim(draw, sp, dims)
+    Dv = Dk if decl.requires_dk_eq_dv or draw(st.booleans()) else _dim(draw, sp, dims)
+    mask_form = draw(_mostly_not_first(MASK_FORMS)) if decl.bool_mask else "none"
+    bias_form = draw(_mostly_not_first(MASK_FORMS)) if decl.float_mask else "none"
+    is_causal = draw(st.booleans()) if decl.causal else False
+    scale = draw(_mostly_not_first(SCALES)) if decl.custom_scale else None
+    return Structure(B, Hkv, group, T, S, Dk, Dv, mask_form, bias_form, is_causal, scale)
+
+
 @st.composite
 def configs(draw, decl: Declaration, dtype: str, *, sp: Space | None = None, grad: bool = False) -> Drawn:
     """One case from the whole space ``decl`` admits, in ``dtype`` (see the comment above)."""
@@ -353,26 +424,14 @@ def configs(draw, decl: Declaration, dtype: str, *, sp: Space | None = None, gra
     from conformance.oracle import blocked_and_bias, causal_blocked
 
     sp = sp or space()
-    # -- shape ------------------------------------------------------------------------------------
-    B = draw(_mostly_not_first(range(1, sp.max_batch + 1)))
-    Hkv = draw(st.sampled_from((1, 2))) if decl.gqa else draw(_mostly_not_first((1, 2, 3)))  # Hkv = 1: MQA
-    group = draw(_mostly_not_first(range(1, sp.max_group + 1))) if decl.gqa else 1
-    Hq = Hkv * group
-    if sp.buckets:
-        T, S = draw(st.sampled_from(sp.buckets))
+    if sp.structures:
+        shape = draw(st.sampled_from(sp.structures)).admitted(decl)
     else:
-        T, S = _lengths(draw, sp)
-    dims = sp.bucket_dims or (SMALL_DIMS + TAIL_LENGTHS)
-    if decl.max_head_dim is not None:
-        dims = tuple(d for d in dims if d <= decl.max_head_dim) or (min(decl.max_head_dim, 1),)
-    Dk = _dim(draw, sp, dims)
-    Dv = Dk if decl.requires_dk_eq_dv or draw(st.booleans()) else _dim(draw, sp, dims)
-    # -- masks, causal, scale ---------------------------------------------------------------------
-    mask_form = draw(_mostly_not_first(MASK_FORMS)) if decl.bool_mask else "none"
-    bias_form = draw(_mostly_not_first(MASK_FORMS)) if decl.float_mask else "none"
+        shape = _free_structure(draw, decl, sp)
+    B, Hkv, Hq, T, S = shape.B, shape.Hkv, shape.Hkv * shape.group, shape.T, shape.S
+    Dk, Dv, mask_form, bias_form = shape.Dk, shape.Dv, shape.mask_form, shape.bias_form
+    is_causal, scale = shape.is_causal, shape.scale
     has_mask, has_bias = mask_form != "none", bias_form != "none"
-    is_causal = draw(st.booleans()) if decl.causal else False
-    scale = draw(_mostly_not_first(SCALES)) if decl.custom_scale else None
     empties_ok = empty_rows_allowed(decl, has_mask=has_mask, has_bias=has_bias, is_causal=is_causal, grad=grad)
     if is_causal and decl.causal_alignment == "bottom-right" and T > S and not empties_ok:
         is_causal = False  # its first T - S rows would be empty, which this kernel has not declared
