@@ -298,44 +298,45 @@ def write(doc: dict, path: Path) -> Path:
 
 # -- several certificates side by side ----------------------------------------------------------
 def render_compare(columns: list[tuple[str, dict, dict]]) -> str:
-    """``columns``: (label, adapter entry, whole certificate), as conformance.certificates.load gives."""
+    """``columns``: (label, adapter entry, whole certificate), as conformance.certificates.load gives.
+
+    The summary first (verdicts, worst errors, devices), then the charts with every adapter in
+    them, then the clause table, a column per adapter."""
+    from conformance.harness.perf_svg import PALETTE, dot_chart
+
+    labels = [label for label, _, _ in columns]
     parts = ["<h1>SDPA conformance certificates side by side</h1>"]
-    head = ["clause"] + [label for label, _, _ in columns]
-    rows = [["verdict"] + [e.get("verdict", "?") for _, e, _ in columns]]
-    clauses = sorted({cid for _, e, _ in columns for cid in e.get("clauses", {})})
-    classes = [""]
-    for cid in clauses:
-        cells = []
-        for _, e, _ in columns:
-            cl = e.get("clauses", {}).get(cid)
-            cells.append("-" if cl is None else cl["outcome"])
-        rows.append([cid, *cells])
-        classes.append("bad" if "fail" in cells else "")
+    summary = [["verdict"] + [e.get("verdict", "?") for _, e, _ in columns]]
     for d in ("float64", "float32", "float16", "bfloat16"):
         if any(d in e.get("error_stats", {}) for _, e, _ in columns):
-            rows.append(
+            summary.append(
                 [f"max error vs oracle, {d}"]
                 + [f"{e['error_stats'][d]['max']:.3g}" if d in e.get("error_stats", {}) else "-" for _, e, _ in columns]
             )
-            classes.append("")
-    rows.append(["device"] + [(e.get("environment") or {}).get("device", "-") for _, e, _ in columns])
-    rows.append(["date"] + [d.get("date", "-") for _, _, d in columns])
-    classes += ["", ""]
-    parts.append(_table(head, rows, classes))
+    for cid in ("MEM-SCALING-01",):
+        cells = [((e.get("perf") or {}).get("clauses") or {}).get(cid) for _, e, _ in columns]
+        if any(cells):
+            summary.append(
+                ["memory scaling measured (MEM-SCALING-01)"]
+                + [f"{c['scaling']['verdict']} (claimed {c.get('claimed')})" if c else "-" for c in cells]
+            )
+    summary.append(["device"] + [(e.get("environment") or {}).get("device", "-") for _, e, _ in columns])
+    summary.append(["date"] + [d.get("date", "-") for _, _, d in columns])
+    parts.append(_table(["", *labels], summary))
+    report = {"adapters": {label: e["perf"] for label, e, _ in columns if (e.get("perf") or {}).get("rows")}}
+    if report["adapters"]:
+        parts.append("<h2>Performance profiles</h2>")
+        parts.append(f"<div class='chart'>{inline_svg(perf_charts.latency_svg(report))}</div>")
+        parts.append(f"<div class='chart'>{inline_svg(perf_charts.memory_svg(report))}</div>")
     ratios: dict[str, dict[str, float]] = {}
-    colors = {}
-    from conformance.harness.perf_svg import PALETTE
-
-    for i, (label, e, _) in enumerate(columns):
-        colors[label] = PALETTE[i % len(PALETTE)]
+    colors = {label: PALETTE[i % len(PALETTE)] for i, label in enumerate(labels)}
+    for label, e, _ in columns:
         for cid, by in ((e.get("perf") or {}).get("error_ratios") or {}).items():
             if by:
                 ratios.setdefault(cid, {})[label] = max(by.values())
     if ratios:
-        from conformance.harness.perf_svg import dot_chart
-
         groups = [
-            (cid, [(lab, ratios[cid].get(lab)) for lab in colors if lab in ratios[cid]]) for cid in sorted(ratios)
+            (cid, [(lab, ratios[cid].get(lab)) for lab in labels if lab in ratios[cid]]) for cid in sorted(ratios)
         ]
         svg = dot_chart(
             "Worst |error| / allowance per clause (worst dtype), per adapter",
@@ -344,9 +345,10 @@ def render_compare(columns: list[tuple[str, dict, dict]]) -> str:
             xlabel="max |kernel - float64 oracle| / allowed (log scale); 1 = at the allowance",
         )
         parts.append(f"<h2>Error against the allowance</h2><div class='chart'>{inline_svg(svg)}</div>")
-    report = {"adapters": {label: e["perf"] for label, e, _ in columns if (e.get("perf") or {}).get("rows")}}
-    if report["adapters"]:
-        parts.append("<h2>Performance profiles</h2>")
-        parts.append(f"<div class='chart'>{inline_svg(perf_charts.latency_svg(report))}</div>")
-        parts.append(f"<div class='chart'>{inline_svg(perf_charts.memory_svg(report))}</div>")
+    rows, classes = [], []
+    for cid in sorted({cid for _, e, _ in columns for cid in e.get("clauses", {})}):
+        cells = [(e.get("clauses", {}).get(cid) or {}).get("outcome", "-") for _, e, _ in columns]
+        rows.append([cid, *cells])
+        classes.append("bad" if "fail" in cells else ("ok" if all(c == "pass" for c in cells) else ""))
+    parts.append("<h2>Clauses</h2>" + _table(["clause", *labels], rows, classes))
     return _page("SDPA conformance certificates side by side", "\n".join(parts))
