@@ -39,7 +39,7 @@ FORMULA = Source(
         "value_in_similarity@float64",
     ],
 )
-@examples(25)
+@examples(50)
 @given(data=st.data())
 def test_agrees_with_oracle(impl, dtype, data):
     drawn = data.draw(configs(impl.declaration, dtype, sp=space_for(impl)), label="case")
