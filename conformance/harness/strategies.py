@@ -368,9 +368,18 @@ def _own_index(shape: tuple[int, ...], b: int, h: int, t: int) -> tuple[int, ...
 
 
 def _layout(x: np.ndarray, layout: str, source_axis: int | None) -> np.ndarray:
-    """The same values in another memory layout: transposed storage, or stride 0 along an axis."""
+    """The same values in another memory layout: transposed storage, or stride 0 along an axis.
+
+    Transposed storage swaps two of the B, H, T axes that are longer than 1 (e.g. a [B,T,H,D]
+    buffer viewed as [B,H,T,D]); the last axis keeps stride 1, as fused kernels require of any
+    tensor. With fewer than two such axes no permutation is non-contiguous, and the array stays.
+    """
     if layout == "non-contiguous":
-        return np.ascontiguousarray(np.swapaxes(x, 1, 2)).swapaxes(1, 2)
+        axes = [i for i in range(3) if x.shape[i] > 1]
+        if len(axes) < 2:
+            return x
+        a, b = axes[0], axes[-1]
+        return np.ascontiguousarray(np.swapaxes(x, a, b)).swapaxes(a, b)
     if layout == "broadcast" and source_axis is not None:
         return np.broadcast_to(np.take(x, [0], axis=source_axis), x.shape)
     return x
@@ -474,6 +483,8 @@ def configs(draw, decl: Declaration, dtype: str, *, sp: Space | None = None, gra
         return _layout(_values(draw, shape, dtype), layout, None)
 
     q, k, v = values(q_shape, q_axis), values(k_shape, kv_axis), values(v_shape, kv_axis)
+    if layout == "non-contiguous" and all(a.flags.c_contiguous for a in (q, k, v)):
+        layout = "contiguous"  # no two of B, H, T longer than 1: nothing to permute
     grad_out = _values(draw, (B, Hq, T, Dv), dtype) if grad else None
     case = Case(q, k, v, mask=mask, bias=bias, is_causal=is_causal, scale=scale, label="drawn")
     return Drawn(case, grad_out, mask_form, bias_form, layout, tuple(empty))
