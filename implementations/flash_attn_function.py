@@ -56,12 +56,13 @@ def _bthd(x: np.ndarray, device: str, requires_grad: bool = False):
     return to_torch(np.ascontiguousarray(np.swapaxes(np.asarray(x), 1, 2)), device, requires_grad)
 
 
-class FlashAttnFunctionAdapter:
-    """Wraps ``fn`` with FlashAttention 2's ``flash_attn_func`` signature into the adapter contract."""
+class TorchFunctionAdapter:
+    """What every adapter around a plain torch-tensor function shares: the function, its name, its
+    declaration on its device, and why it cannot run here (no torch, or no CUDA for a CUDA device)."""
 
-    def __init__(
-        self, fn: Callable, name: str, declaration: Declaration = FLASH_ATTN_DEFAULTS, device: str = "cpu"
-    ) -> None:
+    signature = "flash-attn"  # named in the unavailable reason
+
+    def __init__(self, fn: Callable, name: str, declaration: Declaration, device: str = "cpu") -> None:
         self.fn = fn
         self.name = name
         self.declaration = declaration.replace(device=device)
@@ -71,10 +72,21 @@ class FlashAttnFunctionAdapter:
         try:
             import torch
         except ImportError as exc:
-            return f"torch is not importable ({exc}); flash-attn-signature functions are called with torch tensors"
+            return (
+                f"torch is not importable ({exc}); {self.signature}-signature functions are called with torch tensors"
+            )
         if self.device.startswith("cuda") and not torch.cuda.is_available():
             return "no CUDA device: torch.cuda.is_available() is False"
         return None
+
+
+class FlashAttnFunctionAdapter(TorchFunctionAdapter):
+    """Wraps ``fn`` with FlashAttention 2's ``flash_attn_func`` signature into the adapter contract."""
+
+    def __init__(
+        self, fn: Callable, name: str, declaration: Declaration = FLASH_ATTN_DEFAULTS, device: str = "cpu"
+    ) -> None:
+        super().__init__(fn, name, declaration, device)
 
     def _kwargs(self, case: Case, want_lse: bool) -> dict[str, Any]:
         """The keyword arguments for ``case``: only those the case uses beyond causal and the scale."""

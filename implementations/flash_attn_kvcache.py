@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from conformance.contract import CacheForm, Case, Declaration, NotApplicable
-from implementations.flash_attn_function import FLASH_ATTN_DEFAULTS
+from implementations.flash_attn_function import FLASH_ATTN_DEFAULTS, TorchFunctionAdapter
 
 FLASH_ATTN_KVCACHE_DEFAULTS = FLASH_ATTN_DEFAULTS.replace(
     grad=False,
@@ -87,8 +87,10 @@ def lowered_cache(case: Case, form: CacheForm) -> dict[str, Any]:
     return out
 
 
-class FlashAttnKVCacheFunctionAdapter:
+class FlashAttnKVCacheFunctionAdapter(TorchFunctionAdapter):
     """Wraps ``fn`` with ``flash_attn_with_kvcache``'s signature into the adapter contract."""
+
+    signature = "kvcache"
 
     def __init__(
         self,
@@ -97,19 +99,7 @@ class FlashAttnKVCacheFunctionAdapter:
         declaration: Declaration = FLASH_ATTN_KVCACHE_DEFAULTS,
         device: str = "cpu",
     ) -> None:
-        self.fn = fn
-        self.name = name
-        self.declaration = declaration.replace(device=device)
-        self.device = device
-
-    def unavailable_reason(self) -> str | None:
-        try:
-            import torch
-        except ImportError as exc:
-            return f"torch is not importable ({exc}); kvcache-signature functions are called with torch tensors"
-        if self.device.startswith("cuda") and not torch.cuda.is_available():
-            return "no CUDA device: torch.cuda.is_available() is False"
-        return None
+        super().__init__(fn, name, declaration, device)
 
     def _call(self, case: Case, want_lse: bool):
         import torch
