@@ -113,6 +113,21 @@ def _options(D, softmax_scale, causal, window_size):
     return scale, left, right
 
 
+def _setup(dtype, B, T, H, Hkv, D, Dv, softmax_scale, causal, window_size, alibi_slopes):
+    """What both reference kernels fix before their loops: the head grouping (checked), scale and window,
+    ALiBi slopes per (batch, head), the accumulation dtype, and the zeroed output and -inf lse."""
+    if H % Hkv:
+        raise ValueError(f"number of query heads {H} must be divisible by the number of kv heads {Hkv}")
+    scale, left, right = _options(D, softmax_scale, causal, window_size)
+    slopes = None
+    if alibi_slopes is not None:
+        slopes = np.broadcast_to(np.asarray(_as_numpy(alibi_slopes)[0], dtype=np.float32), (B, H))
+    acc_t = np.float64 if dtype == np.float64 else np.float32
+    out = np.zeros((B, T, H, Dv), dtype=acc_t)
+    lse = np.full((B, H, T), -np.inf, dtype=acc_t)
+    return H // Hkv, scale, left, right, slopes, acc_t, out, lse
+
+
 def flash_attn_func(
     q,
     k,
@@ -134,16 +149,9 @@ def flash_attn_func(
     vn, _ = _as_numpy(v)
     B, T, H, D = qn.shape
     S, Hkv, Dv = kn.shape[1], kn.shape[2], vn.shape[3]
-    if H % Hkv:
-        raise ValueError(f"number of query heads {H} must be divisible by the number of kv heads {Hkv}")
-    group = H // Hkv
-    scale, left, right = _options(D, softmax_scale, causal, window_size)
-    slopes = None
-    if alibi_slopes is not None:
-        slopes = np.broadcast_to(np.asarray(_as_numpy(alibi_slopes)[0], dtype=np.float32), (B, H))
-    acc_t = np.float64 if qn.dtype == np.float64 else np.float32
-    out = np.zeros((B, T, H, Dv), dtype=acc_t)
-    lse = np.full((B, H, T), -np.inf, dtype=acc_t)
+    group, scale, left, right, slopes, acc_t, out, lse = _setup(
+        qn.dtype, B, T, H, Hkv, D, Dv, softmax_scale, causal, window_size, alibi_slopes
+    )
     rows = np.arange(T) + (S - T)  # each query's place on the key axis (bottom-right)
     for b in range(B):
         for h in range(H):
@@ -241,16 +249,9 @@ def flash_attn_with_kvcache(
     kc, _ = _as_numpy(k_cache)
     vc, _ = _as_numpy(v_cache)
     Hkv, Dv = kc.shape[2], vc.shape[3]
-    if H % Hkv:
-        raise ValueError(f"number of query heads {H} must be divisible by the number of kv heads {Hkv}")
-    group = H // Hkv
-    scale, left, right = _options(D, softmax_scale, causal, window_size)
-    slopes = None
-    if alibi_slopes is not None:
-        slopes = np.broadcast_to(np.asarray(_as_numpy(alibi_slopes)[0], dtype=np.float32), (B, H))
-    acc_t = np.float64 if qn.dtype == np.float64 else np.float32
-    out = np.zeros((B, T, H, Dv), dtype=acc_t)
-    lse = np.full((B, H, T), -np.inf, dtype=acc_t)
+    group, scale, left, right, slopes, acc_t, out, lse = _setup(
+        qn.dtype, B, T, H, Hkv, D, Dv, softmax_scale, causal, window_size, alibi_slopes
+    )
     for b in range(B):
         L = int(lens[b]) + new
         where = [_slot(p, b, table, page) for p in range(L)]
