@@ -15,7 +15,7 @@ import pytest
 import conformance.clauses
 from conformance.contract import DTYPES
 from conformance.harness.clause import CLAUSES, ClauseInfo
-from conformance.harness.impl import Impl
+from conformance.harness.guarded import GuardedAdapter
 
 
 def load_clauses() -> dict[str, ClauseInfo]:
@@ -39,10 +39,10 @@ def dtypes_for(info: ClauseInfo, only: str | None = None) -> list[str | None]:
 
 
 def by_the_guard(exc: BaseException) -> bool:
-    """True when a failure comes from the guarded call (``Impl``: the kernel raised, refused a case
+    """True when a failure comes from the guarded call (``GuardedAdapter``: the kernel raised, refused a case
     its declaration covers, hung, returned a wrong shape, dtype or type, touched its inputs), not
     from a check of the clause's own: the guard fails the same way whichever clause is running."""
-    from conformance.harness.impl import UndeclaredRefusal
+    from conformance.harness.guarded import UndeclaredRefusal
     from conformance.harness.report import AdapterError
 
     guards = (AdapterError, UndeclaredRefusal)
@@ -56,7 +56,7 @@ def run_clause(info: ClauseInfo, adapter, dtype: str | None) -> str:
 
     'failed (guard)' marks a failure raised by the guarded call rather than by the clause's checks
     (see :func:`by_the_guard`); both start with 'failed'."""
-    impl = Impl(adapter, spec=getattr(adapter, "name", "adapter"), timeout=0)
+    impl = GuardedAdapter(adapter, spec=getattr(adapter, "name", "adapter"), timeout=0)
     reasons = info.not_applicable_reasons(impl.declaration, dtype)  # the plugin's own applicability test
     if reasons:
         return f"skipped: not applicable to {impl.name}: {'; '.join(reasons)}"

@@ -12,7 +12,7 @@ import pytest
 from conformance.harness.baseline_compare import compare_run
 from conformance.harness.baseline_grid import run_grid
 from conformance.harness.baseline_store import load, record
-from conformance.harness.impl import Impl
+from conformance.harness.guarded import GuardedAdapter
 from conformance.harness.registry import resolve
 from tests.mutants import MUTANTS
 
@@ -21,7 +21,7 @@ COMMITTED = ROOT / "fixtures" / "regression"
 
 
 def _impl(adapter, spec="kernel"):
-    return Impl(adapter, spec=spec, timeout=0)
+    return GuardedAdapter(adapter, spec=spec, timeout=0)
 
 
 @pytest.mark.parametrize("spec", ["numpy", "torch-eager", "torch-sdpa", "torch-sdpa-math", "torch-sdpa-flash"])

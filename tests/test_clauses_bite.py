@@ -5,7 +5,7 @@ claim evidence that does not exist: "a clause no mutant can fail is a defect". T
 properties are checked too, because a claimed kill can be hollow:
 
 * a clause must kill at least one mutant *by its own check*, not only through the guarded call
-  (``Impl`` fails a wrong shape or dtype, an exception, a touched input whichever clause runs): a
+  (``GuardedAdapter`` fails a wrong shape or dtype, an exception, a touched input whichever clause runs): a
   clause whose every kill comes from the guard only repeats the guard;
 * a clause must be *passed* (not skipped) by at least one correct kernel in at least one dtype: a
   clause that no correct kernel ever runs is not known to admit correct kernels at all, and a skip

@@ -19,7 +19,7 @@ from conformance.clauses.test_mask_kinds import dominant_blocked_case
 from conformance.contract import DTYPES, Declaration
 from conformance.harness import compare, ensemble, tolerance
 from conformance.harness.cases import random_case, random_mask
-from conformance.harness.impl import Impl
+from conformance.harness.guarded import GuardedAdapter
 from conformance.harness.probes import probe_case
 from conformance.harness.report import ClauseViolation
 
@@ -123,7 +123,7 @@ class _NanOnVisible:
 def test_unbounded_allowance_still_requires_finite():
     case = dominant_blocked_case("float32", 200)
     with pytest.raises(ClauseViolation, match="NaN"):
-        compare.assert_output_matches(Impl(_NanOnVisible(), spec="nan-on-visible", timeout=0), case)
+        compare.assert_output_matches(GuardedAdapter(_NanOnVisible(), spec="nan-on-visible", timeout=0), case)
 
 
 def test_nan_bound_is_refused():

@@ -25,7 +25,7 @@ from conformance import oracle
 from conformance.contract import Declaration
 from conformance.harness import coverage, ordering, strategies
 from conformance.harness.cases import random_case
-from conformance.harness.impl import Impl
+from conformance.harness.guarded import GuardedAdapter
 from tests.clause_runner import load_clauses, run_clause
 from tests.mutants import MUTANTS
 
@@ -167,7 +167,7 @@ def test_table_lists_admitted_cells_never_reached():
 
 
 def test_guarded_calls_count_cells():
-    impl = Impl(MUTANTS["base"](), spec="base", timeout=0)
+    impl = GuardedAdapter(MUTANTS["base"](), spec="base", timeout=0)
     impl.forward(random_case(6, B=2, Hq=8, Hkv=1, T=1, S=4))
     assert impl.cells["GQA 8:1 × decode T = 1"] == 1
     impl.begin()
@@ -178,7 +178,7 @@ def test_guarded_calls_count_cells():
 def test_a_failure_shrinks_to_a_small_readable_case(clause_id, mutant):
     """The falsifying example hypothesis prints (``Drawn.__repr__``) is small: few elements, every one
     drawn (none from a seed), values k/4 with |k| <= 8, the mask as 0/1."""
-    impl = Impl(MUTANTS[mutant](), spec=mutant, timeout=0)
+    impl = GuardedAdapter(MUTANTS[mutant](), spec=mutant, timeout=0)
     with pytest.raises(AssertionError) as info:
         CLAUSES[clause_id].func(impl=impl, dtype="float32")
     notes = "\n".join(getattr(info.value, "__notes__", []))

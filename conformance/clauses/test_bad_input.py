@@ -19,7 +19,7 @@ import numpy as np
 from conformance.contract import Case, NotApplicable
 from conformance.harness.cases import random_case, random_mask
 from conformance.harness.clause import Source, clause
-from conformance.harness.impl import Impl
+from conformance.harness.guarded import GuardedAdapter
 from conformance.harness.rejection import BadInput, check_rejections
 from conformance.harness.report import check, fail
 
@@ -42,7 +42,7 @@ POSITIVE = "各维度必须为正"
 DROPOUT = "dropout_p 必须位于 [0, 1]"
 
 
-def _all_zero_output(impl: Impl, case: Case) -> None:
+def _all_zero_output(impl: GuardedAdapter, case: Case) -> None:
     """dropout_p = 1 drops every weight: the output is exactly 0 (000 §8's F.dropout)."""
     out = np.asarray(impl.forward(case), dtype=np.float64)
     check(
@@ -157,7 +157,7 @@ def bad_cases(dtype: str, dropout: bool) -> list[tuple[BadInput, type, str]]:
     return cases
 
 
-def _needs_validation(impl: Impl) -> None:
+def _needs_validation(impl: GuardedAdapter) -> None:
     if not impl.declaration.validates_inputs:
         impl.not_applicable("declares validates_inputs=False")
 
@@ -183,7 +183,7 @@ def test_bad_input_raises(impl, dtype):
     )
 
 
-def _speaks_the_articles_errors(impl: Impl, dtype: str) -> bool:
+def _speaks_the_articles_errors(impl: GuardedAdapter, dtype: str) -> bool:
     _, exc = impl.call_raw(bad_cases(dtype, False)[0][0].case)
     return exc is not None and str(exc) == RANK
 

@@ -19,7 +19,7 @@ from conformance.contract import Case
 from conformance.harness import compare
 from conformance.harness.cases import random_case, random_mask, rng_for
 from conformance.harness.clause import Source, clause
-from conformance.harness.impl import Impl
+from conformance.harness.guarded import GuardedAdapter
 from conformance.harness.probes import observe_weights
 from conformance.harness.report import check, fail
 
@@ -55,7 +55,7 @@ def _finite_bias(seed: int, shape: tuple[int, ...], p_neg_inf: float) -> np.ndar
     return bias
 
 
-def _causal_mask_cases(impl: Impl, dtype: str) -> list[Case]:
+def _causal_mask_cases(impl: GuardedAdapter, dtype: str) -> list[Case]:
     """is_causal with a boolean mask, with an additive M, and with both on the square shape; on the
     two non-square ones, with every kind of mask the kernel declares at once.
 
@@ -181,7 +181,7 @@ def _neg_inf_rows_case(dtype: str, seed: int, *, with_bool: bool) -> Case:
     return random_case(seed, B=B, Hq=H, T=T, S=S, Dk=8, dtype=dtype, label=label, **arrays)
 
 
-def _check_empty_rows(impl: Impl, case: Case) -> None:
+def _check_empty_rows(impl: GuardedAdapter, case: Case) -> None:
     decl = impl.declaration
     policy = decl.all_blocked_policy(case)
     want = compare.expected(case, decl)

@@ -11,7 +11,7 @@ import numpy as np
 
 from conformance.harness.cases import random_case, random_mask
 from conformance.harness.clause import Source, clause
-from conformance.harness.impl import Impl
+from conformance.harness.guarded import GuardedAdapter
 from conformance.harness.report import fail
 
 NOT_BITWISE = Source(
@@ -21,7 +21,7 @@ NOT_BITWISE = Source(
 )
 
 
-def _needs(impl: Impl, field: str) -> None:
+def _needs(impl: GuardedAdapter, field: str) -> None:
     if not getattr(impl.declaration, field):
         impl.not_applicable(f"declares {field}=False: bitwise equality is not claimed (the spec does not require it)")
 

@@ -17,7 +17,7 @@ from conformance.contract import Case
 from conformance.harness import compare
 from conformance.harness.cases import cast, random_case, random_mask
 from conformance.harness.clause import Source, clause
-from conformance.harness.impl import Impl
+from conformance.harness.guarded import GuardedAdapter
 from conformance.harness.probes import observe_weights
 from conformance.harness.report import check, fail
 
@@ -31,7 +31,7 @@ NO_DROPOUT = Source("000", "§12 误区二：softmax 对错维度", "有有效 K
 ALPHA = 1e-6  # false-positive rate of every statistical check in this module
 
 
-def _needs_dropout(impl: Impl) -> None:
+def _needs_dropout(impl: GuardedAdapter) -> None:
     if not impl.declaration.dropout:
         impl.not_applicable("declares dropout=False")
 

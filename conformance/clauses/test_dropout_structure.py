@@ -24,7 +24,7 @@ from conformance.contract import Case
 from conformance.harness import compare
 from conformance.harness.cases import random_case, random_mask, rng_for
 from conformance.harness.clause import Source, clause
-from conformance.harness.impl import Impl
+from conformance.harness.guarded import GuardedAdapter
 from conformance.harness.probes import observe_weights
 from conformance.harness.report import check, fail
 
@@ -36,7 +36,7 @@ RETURNED = Source(
 ALPHA = 1e-6  # total false-positive rate of each clause in this module
 
 
-def _needs_dropout(impl: Impl) -> None:
+def _needs_dropout(impl: GuardedAdapter) -> None:
     if not impl.declaration.dropout:
         impl.not_applicable("declares dropout=False")
 
@@ -162,7 +162,7 @@ def test_dropout_masks_independent(impl, dtype):
             )
 
 
-def _kept_values(impl: Impl, case: Case, w: np.ndarray, context: str) -> None:
+def _kept_values(impl: GuardedAdapter, case: Case, w: np.ndarray, context: str) -> None:
     """Blocked weights exactly 0; kept visible weights are the undropped ones / (1 - p)."""
     p = case.dropout_p
     decl = impl.declaration
@@ -184,7 +184,7 @@ def _kept_values(impl: Impl, case: Case, w: np.ndarray, context: str) -> None:
         )
 
 
-def _empty_rows(impl: Impl, case: Case, out: np.ndarray, context: str) -> None:
+def _empty_rows(impl: GuardedAdapter, case: Case, out: np.ndarray, context: str) -> None:
     """Rows with no visible key keep the declared fill under dropout: zeros or NaN, never a stray NaN."""
     decl = impl.declaration
     want = compare.expected(case.replace(dropout_p=0.0), decl)
@@ -213,7 +213,7 @@ def _empty_rows(impl: Impl, case: Case, out: np.ndarray, context: str) -> None:
     )
 
 
-def _masked_dropout_case(impl: Impl, dtype: str, seed: int, p: float) -> Case:
+def _masked_dropout_case(impl: GuardedAdapter, dtype: str, seed: int, p: float) -> Case:
     """Boolean mask (one query row entirely blocked when the declared fill is zeros or nan) and,
     when declared, an additive M with -inf; T == S = 12 with is_causal when declared."""
     decl = impl.declaration

@@ -21,7 +21,7 @@ import pytest
 from conformance import fixtures
 from conformance.harness import compare, tolerance
 from conformance.harness.clause import Source, clause
-from conformance.harness.impl import UndeclaredRefusal
+from conformance.harness.guarded import UndeclaredRefusal
 from conformance.harness.probes import observe_weights
 from conformance.harness.report import ClauseViolation, fail, mismatch_report
 

@@ -15,7 +15,7 @@ from conformance.contract import Case
 from conformance.harness import compare
 from conformance.harness.cases import random_case, random_mask
 from conformance.harness.clause import Source, clause
-from conformance.harness.impl import Impl
+from conformance.harness.guarded import GuardedAdapter
 from conformance.harness.report import check
 from conformance.harness.strategies import aiming, configs, examples, space_for
 
@@ -40,7 +40,7 @@ GRAD_RULE = (
 )
 
 
-def _needs_grad(impl: Impl) -> None:
+def _needs_grad(impl: GuardedAdapter) -> None:
     if not impl.declaration.grad:
         impl.not_applicable("declares grad=False")
 
@@ -49,7 +49,7 @@ def _grad_out(case: Case, seed: int) -> np.ndarray:
     return random_case(seed, B=case.B, Hq=case.Hq, T=case.T, S=1, Dk=case.Dv, dtype=case.dtype).query
 
 
-def _supported(impl: Impl, cases: list[Case]) -> list[Case]:
+def _supported(impl: GuardedAdapter, cases: list[Case]) -> list[Case]:
     runnable = [c for c in cases if impl.supports(c)]
     if not runnable:
         impl.not_applicable("; ".join(impl.declaration.not_supported_reasons(cases[0])))

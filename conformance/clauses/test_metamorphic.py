@@ -17,7 +17,7 @@ from conformance.contract import Case
 from conformance.harness import compare
 from conformance.harness.cases import cast, random_case, random_mask, rng_for
 from conformance.harness.clause import Source, clause
-from conformance.harness.impl import Impl
+from conformance.harness.guarded import GuardedAdapter
 from conformance.harness.report import ClauseViolation, mismatch_report
 from conformance.harness.strategies import examples, seeds, shapes, space_for
 
@@ -32,7 +32,7 @@ RULE = (
 )
 
 
-def _allowance(impl: Impl, case: Case) -> np.ndarray:
+def _allowance(impl: GuardedAdapter, case: Case) -> np.ndarray:
     decl = impl.declaration
     return compare.output_allowance(case, decl)
 
@@ -44,7 +44,7 @@ def _assert_same(what: str, got: np.ndarray, want: np.ndarray, allowed: np.ndarr
 
 
 def _draw_case(
-    data, impl: Impl, dtype: str, seed: int, *, mask: bool = True, min_s: int = 1, square: bool = False
+    data, impl: GuardedAdapter, dtype: str, seed: int, *, mask: bool = True, min_s: int = 1, square: bool = False
 ) -> Case:
     decl = impl.declaration
     shp = data.draw(

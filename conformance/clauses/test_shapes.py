@@ -1,6 +1,6 @@
 """§4 of 000_f3dcd408372d9e02.txt: the shape contract, with T != S and Dk != Dv on purpose.
 
-Every guarded call already fails a result of the wrong shape or dtype (``Impl._check_array``), so a
+Every guarded call already fails a result of the wrong shape or dtype (``GuardedAdapter._check_array``), so a
 clause that only compared shapes would repeat the guard and could never fail on its own. These
 clauses instead run *witnesses* that the rest of the suite does not use, where a kernel can return
 the right shape with the wrong rows: the decode shape with grouped heads and Dk != Dv (latent
@@ -14,7 +14,7 @@ from conformance.contract import Case
 from conformance.harness import compare
 from conformance.harness.cases import cast, random_case, rng_for
 from conformance.harness.clause import Source, clause
-from conformance.harness.impl import Impl
+from conformance.harness.guarded import GuardedAdapter
 
 OUT_SHAPE_SOURCE = Source("000", "§4 完整 Shape 检查", ("output:  [B, H, T, Dv]", "输出长度由 Query 的长度 $T$ 决定。"))
 WEIGHTS_SHAPE_SOURCE = Source(
@@ -38,7 +38,7 @@ def _variants(shape: dict) -> list[dict]:
     return out
 
 
-def _first_supported(impl: Impl, seed: int, shape: dict, dtype: str, label: str) -> Case:
+def _first_supported(impl: GuardedAdapter, seed: int, shape: dict, dtype: str, label: str) -> Case:
     cases = [random_case(seed, dtype=dtype, label=f"{label} {s}", **s) for s in _variants(shape)]
     for case in cases:
         if impl.supports(case):

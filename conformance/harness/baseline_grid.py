@@ -72,7 +72,7 @@ class Run:
 
 
 def run_grid(impl) -> Run:
-    """Run the kernel (through the guarded ``Impl``) on the grid; refusals are recorded, not raised."""
+    """Run the kernel (through the guarded ``GuardedAdapter``) on the grid; refusals are recorded, not raised."""
     decl = impl.declaration
     outputs, inputs, per_case, skipped = {}, {}, {}, {}
     errs: dict[str, list[np.ndarray]] = {}

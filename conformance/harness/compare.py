@@ -24,7 +24,7 @@ import numpy as np
 from conformance import oracle, oracle_variants
 from conformance.contract import Case, Declaration
 from conformance.harness import ensemble, tolerance
-from conformance.harness.impl import Impl
+from conformance.harness.guarded import GuardedAdapter
 from conformance.harness.probes import observe_weights, probe_case
 from conformance.harness.report import ClauseViolation, mismatch_report
 
@@ -228,7 +228,7 @@ def assert_close(
         raise ClauseViolation(msg, case)
 
 
-def assert_output_matches(impl: Impl, case: Case) -> np.ndarray:
+def assert_output_matches(impl: GuardedAdapter, case: Case) -> np.ndarray:
     """Run the kernel on ``case`` and compare its output with the oracle; returns the output."""
     __tracebackhide__ = True
     out = impl.forward(case)
@@ -250,7 +250,7 @@ def assert_blocked_zero(w: np.ndarray, blocked: np.ndarray, case: Case, context:
         )
 
 
-def assert_weights_match(impl: Impl, case: Case, what: str = "weights") -> np.ndarray:
+def assert_weights_match(impl: GuardedAdapter, case: Case, what: str = "weights") -> np.ndarray:
     """Observed weights equal the oracle's: exactly zero where blocked, renormalised elsewhere.
 
     Rows whose keys are all blocked are left to ALL-BLOCKED-02 (their fill is a declared policy).
@@ -271,7 +271,7 @@ def assert_weights_match(impl: Impl, case: Case, what: str = "weights") -> np.nd
     return w
 
 
-def assert_equivalent(impl: Impl, case: Case, other: Case, why: str) -> tuple[np.ndarray, np.ndarray]:
+def assert_equivalent(impl: GuardedAdapter, case: Case, other: Case, why: str) -> tuple[np.ndarray, np.ndarray]:
     """Two cases that must mean the same thing: each output matches the oracle, and the two outputs
     match each other within the sum of their allowances (each may carry one allowance of error)."""
     __tracebackhide__ = True
@@ -292,7 +292,7 @@ def assert_equivalent(impl: Impl, case: Case, other: Case, why: str) -> tuple[np
     return out, out_other
 
 
-def assert_vjp_matches(impl: Impl, case: Case, grad_out: np.ndarray) -> tuple[np.ndarray, ...]:
+def assert_vjp_matches(impl: GuardedAdapter, case: Case, grad_out: np.ndarray) -> tuple[np.ndarray, ...]:
     """Run the kernel's VJP and compare dQ, dK, dV with the oracle's analytic VJP.
 
     Non-finite gradients are reported as such first: NaN leaking through the backward pass is the

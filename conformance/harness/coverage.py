@@ -1,7 +1,7 @@
 """Coverage of the case space: which cells (feature x shape class) a run reached, per adapter.
 
 "Passed" must never hide "not tried". Every case that reaches a kernel through the guarded call
-(``harness.impl.Impl``) is classified here into the features it exercises (mask forms, rows blocked
+(``harness.guarded.GuardedAdapter``) is classified here into the features it exercises (mask forms, rows blocked
 entirely, causal with masks, GQA ratios, layouts, ...) and its shape classes (T < S, T == S, T > S,
 decode T = 1, S = 1); each (feature, shape class) pair is a cell, counted per adapter. The cells a
 declaration *admits* are listed too, so the certificate (and the run's summary) can name the cells

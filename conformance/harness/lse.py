@@ -24,7 +24,7 @@ import numpy as np
 from conformance import oracle_variants
 from conformance.contract import Case, Declaration
 from conformance.harness import compare, tolerance
-from conformance.harness.impl import Impl
+from conformance.harness.guarded import GuardedAdapter
 from conformance.harness.report import ClauseViolation, mismatch_report
 
 LN2 = math.log(2.0)
@@ -87,7 +87,7 @@ def _diagnose(got: np.ndarray, case: Case, decl: Declaration, allowed: np.ndarra
     return ""
 
 
-def assert_lse_matches(impl: Impl, case: Case) -> tuple[np.ndarray, np.ndarray]:
+def assert_lse_matches(impl: GuardedAdapter, case: Case) -> tuple[np.ndarray, np.ndarray]:
     """Run ``forward_with_lse``; the output must match the oracle and the lse its declared convention."""
     __tracebackhide__ = True
     out, lse = impl.forward_with_lse(case)

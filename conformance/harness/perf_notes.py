@@ -15,7 +15,7 @@ _PENDING: list[dict[str, Any]] = []
 
 
 def note(impl: Any, clause: str, dtype: str | None, **data: Any) -> None:
-    """Record ``data`` measured by ``clause`` on ``impl`` (its spec, a guarded Impl or an adapter)."""
+    """Record ``data`` measured by ``clause`` on ``impl`` (its spec, a guarded GuardedAdapter or an adapter)."""
     name = impl if isinstance(impl, str) else str(getattr(impl, "spec", "") or getattr(impl, "name", ""))
     _PENDING.append({"impl": name, "clause": clause, "dtype": dtype, **data})
 

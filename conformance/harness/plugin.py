@@ -205,7 +205,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture
 def impl(request: pytest.FixtureRequest):
-    """The kernel under test for this clause test, guarded (see conformance.harness.impl)."""
+    """The kernel under test for this clause test, guarded (see conformance.harness.guarded)."""
     state = _state(request.config)
     spec = request.param
     res = state.resolved[spec]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from conformance.contract import Case, np_dtype
-from conformance.harness.impl import Impl
+from conformance.harness.guarded import GuardedAdapter
 from conformance.harness.report import ClauseViolation
 
 
@@ -48,7 +48,7 @@ def probe_case(case: Case, square: bool = False) -> Case:
     return case.replace(**changes)
 
 
-def observe_weights(impl: Impl, case: Case) -> np.ndarray:
+def observe_weights(impl: GuardedAdapter, case: Case) -> np.ndarray:
     """The kernel's attention weights for ``case`` as float64 ``[B, Hq, T, S]``.
 
     Uses the kernel's own weights when it declares it returns them, and the ``V = I`` probe

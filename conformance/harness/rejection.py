@@ -20,7 +20,7 @@ import numpy as np
 
 from conformance.contract import Case, Declaration, NotApplicable
 from conformance.harness import compare
-from conformance.harness.impl import Impl, UndeclaredRefusal
+from conformance.harness.guarded import GuardedAdapter, UndeclaredRefusal
 from conformance.harness.report import AdapterError, ClauseViolation
 
 # Failures meaning "the kernel did not take the case" rather than "it answered wrongly".
@@ -64,10 +64,10 @@ def judge(decl: Declaration, what: str, result: Any, exc: BaseException | None) 
     return None
 
 
-def reject(impl: Impl, case: Case, what: str) -> str | None:
+def reject(impl: GuardedAdapter, case: Case, what: str) -> str | None:
     """Call the kernel on an invalid ``case`` and judge the outcome (see :func:`judge`).
 
-    A hang is not a rejection: ``Impl.call_raw`` raises the suite's ``AdapterError`` for it, which
+    A hang is not a rejection: ``GuardedAdapter.call_raw`` raises the suite's ``AdapterError`` for it, which
     fails the clause as it is.
     """
     result, exc = impl.call_raw(case)
@@ -86,14 +86,14 @@ class BadInput:
     what: str
     case: Case
     neighbours: Sequence[Case]
-    check: Callable[[Impl, Case], Any] | None = None
+    check: Callable[[GuardedAdapter, Case], Any] | None = None
 
 
-def first_supported(impl: Impl, cases: Iterable[Case]) -> Case | None:
+def first_supported(impl: GuardedAdapter, cases: Iterable[Case]) -> Case | None:
     return next((c for c in cases if impl.supports(c)), None)
 
 
-def accept_neighbour(impl: Impl, bad: BadInput) -> str | None:
+def accept_neighbour(impl: GuardedAdapter, bad: BadInput) -> str | None:
     """Run the valid neighbour of ``bad``; None when it was accepted and right, else why not.
 
     Returns None also when the declaration supports none of the neighbours (nothing to ask).
@@ -109,7 +109,7 @@ def accept_neighbour(impl: Impl, bad: BadInput) -> str | None:
     return None
 
 
-def check_rejections(impl: Impl, bad_inputs: Sequence[BadInput], context: str) -> None:
+def check_rejections(impl: GuardedAdapter, bad_inputs: Sequence[BadInput], context: str) -> None:
     """Every bad input is rejected with a documented class and every valid neighbour is accepted.
 
     Neighbours shared by several bad inputs (the same case object) run once. All problems are

@@ -1,7 +1,7 @@
 """The run's state, shared by the plugin and its sub-plugins (certificate, baseline, self-defense).
 
 It holds what one pytest run knows about the kernels under test: the ``--impl`` specs and how they
-resolved, the guarded adapters (one :class:`~conformance.harness.impl.Impl` per spec, reused by
+resolved, the guarded adapters (one :class:`~conformance.harness.guarded.GuardedAdapter` per spec, reused by
 every clause), and the per-clause records the verdict is computed from. Sub-plugins import this
 module, never the plugin, so imports run one way: plugin -> sub-plugins -> runstate. Kept free of
 heavy imports: the plugin loads for every pytest run in the environment.
@@ -40,7 +40,7 @@ class State:
     timeout: float
     profile: str
     _resolved: dict[str, Any] | None = None
-    impls: dict[str, Any] = field(default_factory=dict)  # spec -> Impl, the guarded adapter
+    impls: dict[str, Any] = field(default_factory=dict)  # spec -> GuardedAdapter, the guarded adapter
     results: list[dict] = field(default_factory=list)  # verdict.ClauseResult.as_dict() records
     verdicts: dict[str, Any] | None = None  # spec -> verdict.Verdict, computed at the end of the run
 
@@ -63,10 +63,10 @@ class State:
 
     def guarded(self, spec: str) -> Any:
         """The one guarded adapter of ``spec`` for this run (its coverage counters live on it)."""
-        from conformance.harness.impl import Impl
+        from conformance.harness.guarded import GuardedAdapter
 
         if spec not in self.impls:
-            self.impls[spec] = Impl(self.resolved[spec].adapter, spec=spec, timeout=self.timeout)
+            self.impls[spec] = GuardedAdapter(self.resolved[spec].adapter, spec=spec, timeout=self.timeout)
         return self.impls[spec]
 
 

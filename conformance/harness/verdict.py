@@ -6,7 +6,7 @@ outcomes their own way (as the summary and the certificate once did) drift apart
 is written once:
 
 * **DOES NOT CONFORM** — some clause failed (an undeclared refusal is a failure, see
-  ``harness.impl``).
+  ``harness.guarded``).
 * **PARTIAL** — no failure, but some clause of the profile did not run on every dtype it plans
   (deselected with ``-k``/``--deselect``, a file subset, stopped by ``-x``, or skipped for a reason
   that is not the kernel's declaration). A partial run is never a certification.

@@ -1,4 +1,4 @@
-"""The guarded call: every clause reaches the kernel through :class:`Impl`, never directly.
+"""The guarded call: every clause reaches the kernel through :class:`GuardedAdapter`, never directly.
 
 A conformance suite meets broken kernels by design, so a broken kernel must produce a failure of
 the clause that was running, with a specific message, and the rest of the suite must go on. Each
@@ -84,7 +84,7 @@ def _call_with_timeout(fn: Callable[[], Any], timeout: float, what: str, case: C
     return box["value"]
 
 
-class Impl:
+class GuardedAdapter:
     """An adapter under test, with the guards described in the module docstring."""
 
     def __init__(self, adapter: Any, spec: str = "", timeout: float = DEFAULT_TIMEOUT):
@@ -96,7 +96,7 @@ class Impl:
         self.begin()
 
     def __repr__(self) -> str:  # shown in hypothesis' falsifying examples: keep it short
-        return f"Impl({self.spec or self.name!r})"
+        return f"GuardedAdapter({self.spec or self.name!r})"
 
     @property
     def name(self) -> str:
