@@ -36,6 +36,10 @@ def to_torch(a: np.ndarray, device: str = "cpu", requires_grad: bool = False) ->
         t = torch.from_numpy(np.array(src, dtype=np.float32, order="K")).to(torch.bfloat16)
     else:
         t = torch.from_numpy(np.array(src, copy=True, order="K"))
+    if t.ndim and t.shape[-1] == 1 and t.stride(-1) != 1:
+        # NumPy gives a length-1 axis any stride and order="K" may keep it; a user's tensor has stride 1
+        # there (torch's fused kernels refuse anything else, even for a dimension of one element).
+        t = t.as_strided(t.shape, (*t.stride()[:-1], 1))
     t = t.to(device)
     if wide:
         t = t.expand(a.shape)
