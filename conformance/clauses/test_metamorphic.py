@@ -4,7 +4,8 @@ Each clause compares the kernel with itself on two inputs whose exact answers ar
 or linearly related). The inputs are built so that the relation is exact on the numbers the kernel
 receives (shifts and combinations stay on a grid the working dtype represents exactly), so the only
 slack needed is each output's own rounding: the allowance is the sum of the two outputs' allowances
-under the error model (harness.tolerance), by the triangle inequality through the exact answer.
+under the error model (harness.tolerance), by the triangle inequality through the exact answer. The
+check itself is ``compare.assert_outputs_agree``, the same one ``compare.assert_equivalent`` ends in.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from conformance.harness import compare
 from conformance.harness.cases import cast, random_case, random_mask, rng_for
 from conformance.harness.clause import Source, clause
 from conformance.harness.guarded import GuardedAdapter
-from conformance.harness.report import ClauseViolation, mismatch_report
+from conformance.harness.report import ClauseViolation
 from conformance.harness.strategies import examples, seeds, shapes, space_for
 
 WEIGHTED_SUM = Source("000", "§2 从单个 Query 到公式", "o = \\sum_{j=1}^{S}\\alpha_j v_j")
@@ -33,14 +34,7 @@ RULE = (
 
 
 def _allowance(impl: GuardedAdapter, case: Case) -> np.ndarray:
-    decl = impl.declaration
-    return compare.output_allowance(case, decl)
-
-
-def _assert_same(what: str, got: np.ndarray, want: np.ndarray, allowed: np.ndarray, case: Case) -> None:
-    msg = mismatch_report(what, got, want, allowed, RULE)
-    if msg:
-        raise ClauseViolation(msg, case)
+    return compare.output_allowance(case, impl.declaration)
 
 
 def _draw_case(
@@ -80,12 +74,10 @@ def test_key_permutation(impl, dtype, data, seed):
         mask=None if case.mask is None else np.ascontiguousarray(case.mask[..., perm]),
         label=f"keys permuted {perm.tolist()}",
     )
-    _assert_same(
-        "output after permuting keys",
-        impl.forward(moved),
-        impl.forward(case),
-        _allowance(impl, case) + _allowance(impl, moved),
-        moved,
+    decl = impl.declaration
+    allowed = compare.pair_allowance(case, moved, decl)
+    compare.assert_outputs_agree(
+        "keys permuted", impl.forward(moved), impl.forward(case), allowed, case=moved, decl=decl
     )
 
 
@@ -117,22 +109,15 @@ def test_row_shift(impl, dtype, data, seed):
     shifted = base.replace(key=cast(k + _GAMMA[dtype] * u, dtype), label=f"keys + {_GAMMA[dtype]:g}*sign pattern")
     assert np.array_equal(np.asarray(shifted.key, np.float64), k + _GAMMA[dtype] * u), "shift must be exact"
     out = impl.forward(base)
-    _assert_same(
-        "output with every key shifted by c",
-        impl.forward(shifted),
-        out,
-        _allowance(impl, base) + _allowance(impl, shifted),
-        shifted,
-    )
-    if impl.declaration.float_mask:
+    decl = impl.declaration
+    allowed = compare.pair_allowance(base, shifted, decl)
+    compare.assert_outputs_agree("every key shifted by c", impl.forward(shifted), out, allowed, case=shifted, decl=decl)
+    if decl.float_mask:
         rows = rng.choice([-1.0, 1.0], size=(case.B, case.Hq, case.T, 1)) * 4 * _GAMMA[dtype]
         biased = base.replace(bias=rows, label="per-row constant bias")
-        _assert_same(
-            "output with a per-row constant bias",
-            impl.forward(biased),
-            out,
-            _allowance(impl, base) + _allowance(impl, biased),
-            biased,
+        allowed = compare.pair_allowance(base, biased, decl)
+        compare.assert_outputs_agree(
+            "a per-row constant bias", impl.forward(biased), out, allowed, case=biased, decl=decl
         )
 
 
@@ -153,7 +138,15 @@ def test_linear_in_value(impl, dtype, data, seed):
     c1, c2, c3 = (case.replace(value=cast(v, dtype)) for v in (grid[0], grid[1], v3))
     o1, o2, o3 = (np.asarray(impl.forward(c), dtype=np.float64) for c in (c1, c2, c3))
     allowed = _allowance(impl, c3) + 2 * _allowance(impl, c1) + 0.5 * _allowance(impl, c2)
-    _assert_same("out(2 V1 - V2/2) vs 2 out(V1) - out(V2)/2", o3, 2 * o1 - 0.5 * o2, allowed, c3)
+    compare.assert_outputs_agree(
+        "out(2 V1 - V2/2) vs 2 out(V1) - out(V2)/2",
+        o3,
+        2 * o1 - 0.5 * o2,
+        allowed,
+        case=c3,
+        decl=impl.declaration,
+        how="allowed(V3) + 2 allowed(V1) + allowed(V2)/2",
+    )
 
 
 @clause(
@@ -240,7 +233,12 @@ def test_independence(impl, dtype, seed):
             continue
         changed = case.replace(label=f"changed {what}", **change)
         got = impl.forward(changed)
-        allowed = _allowance(impl, case) + _allowance(impl, changed)
-        _assert_same(
-            f"outputs {untouched} after changing {what}", got[untouched], out[untouched], allowed[untouched], changed
+        allowed = compare.pair_allowance(case, changed, decl)
+        compare.assert_outputs_agree(
+            f"{untouched} after changing {what}",
+            got[untouched],
+            out[untouched],
+            allowed[untouched],
+            case=changed,
+            decl=decl,
         )

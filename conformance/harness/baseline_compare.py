@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from conformance.harness.baseline_grid import METRICS, Run
+from conformance.harness.report import abs_error
 
 DRIFT = 1.0
 WORSE = 2.0
@@ -53,9 +54,7 @@ def compare_run(meta: dict, recorded: dict[str, np.ndarray], run: Run) -> list[s
         o = np.asarray(old, dtype=np.float64)
         n = np.asarray(run.outputs[key], dtype=np.float64)
         allowed = DRIFT * (ATOL[d] + RTOL[d] * np.abs(np.nan_to_num(o)))
-        with np.errstate(invalid="ignore"):
-            diff = np.where(np.isnan(o) & np.isnan(n), 0.0, np.abs(n - o))
-        diff = np.where(np.isnan(diff), np.inf, diff)
+        diff = abs_error(n, o)
         moved = diff > allowed
         if moved.any():
             i = np.unravel_index(int(np.argmax(diff / allowed)), o.shape)

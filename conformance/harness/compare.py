@@ -271,6 +271,40 @@ def assert_weights_match(impl: GuardedAdapter, case: Case, what: str = "weights"
     return w
 
 
+def pair_allowance(case: Case, other: Case, decl: Declaration | None = None) -> np.ndarray:
+    """The allowance between the kernel's outputs on two cases with the same exact answer: the sum
+    of their output allowances (each output may carry one allowance of error, and the triangle
+    inequality through the exact answer adds them)."""
+    decl = decl or _DEFAULT
+    return output_allowance(case, decl) + output_allowance(other, decl)
+
+
+def assert_outputs_agree(
+    why: str,
+    out: np.ndarray,
+    out_other: np.ndarray,
+    allowed: np.ndarray,
+    *,
+    case: Case,
+    decl: Declaration | None = None,
+    how: str = "sum of the two cases' allowances",
+    other: Case | None = None,
+) -> None:
+    """Two outputs *of the kernel* that must mean the same agree within ``allowed`` (e.g.
+    :func:`pair_allowance`; ``how`` says how it was made). The one check of its kind, for
+    :func:`assert_equivalent` and the metamorphic clauses alike: NaN matches NaN, an unbounded
+    allowance still demands agreement in finiteness, and the rule is named in the kernel's rule dtype.
+    The comparison is reported as ``output (why)``: observers (``observing``) tell it from a
+    comparison with the oracle by the parenthesis."""
+    __tracebackhide__ = True
+    decl = decl or _DEFAULT
+    msg = _mismatch(
+        f"output ({why})", out, out_other, _must_be_finite(allowed), f"{how}; " + _rule(case, decl, "output"), case
+    )
+    if msg:
+        raise ClauseViolation(msg if other is None else msg + f"\n  the other case: {other.describe()}", case)
+
+
 def assert_equivalent(impl: GuardedAdapter, case: Case, other: Case, why: str) -> tuple[np.ndarray, np.ndarray]:
     """Two cases that must mean the same thing: each output matches the oracle, and the two outputs
     match each other within the sum of their allowances (each may carry one allowance of error)."""
@@ -278,17 +312,7 @@ def assert_equivalent(impl: GuardedAdapter, case: Case, other: Case, why: str) -
     out = assert_output_matches(impl, case)
     out_other = assert_output_matches(impl, other)
     decl = impl.declaration
-    allowed = _must_be_finite(output_allowance(case, decl) + output_allowance(other, decl))
-    msg = _mismatch(
-        f"output ({why})",
-        out,
-        out_other,
-        allowed,
-        "sum of the two cases' allowances; " + _rule(case, decl, "output"),
-        case,
-    )
-    if msg:
-        raise ClauseViolation(msg + f"\n  the other case: {other.describe()}", case)
+    assert_outputs_agree(why, out, out_other, pair_allowance(case, other, decl), case=case, decl=decl, other=other)
     return out, out_other
 
 

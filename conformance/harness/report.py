@@ -38,6 +38,18 @@ def _fmt_index(idx: tuple[int, ...]) -> str:
     return "[" + ",".join(str(int(i)) for i in idx) + "]"
 
 
+def abs_error(actual: np.ndarray, expected: np.ndarray) -> np.ndarray:
+    """|actual - expected| in float64, NaN-aware: 0 where both are NaN (NaN matches NaN), inf where
+    only one is (or where inf meets inf of the other sign). The one definition of "how far apart"
+    for every comparison: clause failures, baseline drift, hypothesis' targeting."""
+    a = np.asarray(actual, dtype=np.float64)
+    e = np.asarray(expected, dtype=np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        err = np.abs(a - e)
+    err = np.where(np.isnan(a) & np.isnan(e), 0.0, err)
+    return np.where(np.isnan(err), np.inf, err)
+
+
 def mismatch_report(
     what: str,
     actual: np.ndarray,
@@ -55,11 +67,8 @@ def mismatch_report(
     allowed = np.broadcast_to(np.asarray(allowed, dtype=np.float64), e.shape)
     if a.shape != e.shape:
         return f"{what}.shape={a.shape}, but should be {e.shape}"
-    both_nan = np.isnan(a) & np.isnan(e)
+    err = abs_error(a, e)
     with np.errstate(invalid="ignore", over="ignore"):
-        err = np.abs(a - e)
-        err = np.where(both_nan, 0.0, err)
-        err = np.where(np.isnan(err), np.inf, err)  # NaN on one side only is an infinite error
         bad = err > allowed
         if not bad.any():
             return None

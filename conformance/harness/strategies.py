@@ -507,13 +507,13 @@ def aiming(label: str = "error / allowance") -> Iterator[None]:
     from hypothesis import target
 
     from conformance.harness import compare
+    from conformance.harness.report import abs_error
 
     worst = [0.0]
 
     def observe(what, case, actual, want, allowed) -> None:
+        err = abs_error(actual, want)
         with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-            err = np.abs(actual - want)
-            err = np.where(np.isnan(actual) & np.isnan(want), 0.0, err)
             ratio = np.where(err == 0, 0.0, err / np.maximum(allowed, 1e-300))
         finite = ratio[np.isfinite(ratio)]
         if finite.size:
