@@ -6,6 +6,10 @@ machines, can be compared at a glance. A clause missing from a certificate shows
 ``python -m conformance.certificates html A.json B.json -o compare.html`` draws the same comparison
 as a self-contained HTML page, with every adapter's performance profile and error margins in one
 set of charts (harness.certificate_html).
+
+This module is only the command (its name is the documented ``python -m conformance.certificates``);
+the record is ``harness.certificate`` and the renderings ``harness.certificate_markdown`` and
+``harness.certificate_html``.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import json
 import sys
 from pathlib import Path
 
-_CELL = {"pass": "pass", "fail": "**FAIL**", "not applicable": "n/a", "skipped": "skipped", "not run": "not run"}
+from conformance.harness.certificate_markdown import render_compare as render_compare_columns
 
 
 def load(paths: list[Path]) -> list[tuple[str, dict, dict]]:
@@ -30,43 +34,8 @@ def load(paths: list[Path]) -> list[tuple[str, dict, dict]]:
 
 
 def render_compare(paths: list[Path]) -> str:
-    cols = load(paths)
-    if not cols:
-        return "no adapters in the given certificates\n"
-    clauses = sorted({cid for _, e, _ in cols for cid in e.get("clauses", {})})
-    head = "| clause | " + " | ".join(c for c, _, _ in cols) + " |"
-    lines = [head, "|---|" + "---|" * len(cols)]
-    lines.append("| **verdict** | " + " | ".join(f"**{e.get('verdict', '?')}**" for _, e, _ in cols) + " |")
-    for cid in clauses:
-        cells = []
-        for _, e, _ in cols:
-            cl = e.get("clauses", {}).get(cid)
-            if cl is None:
-                cells.append("-")
-                continue
-            cell = _CELL.get(cl["outcome"], cl["outcome"])
-            if cl["outcome"] == "fail":
-                cell += " (" + cl["detail"].removeprefix("failed: ") + ")"
-            cells.append(cell)
-        lines.append(f"| {cid} | " + " | ".join(cells) + " |")
-    dtypes = [
-        d
-        for d in ("float64", "float32", "float16", "bfloat16")
-        if any(d in e.get("error_stats", {}) for _, e, _ in cols)
-    ]
-    for d in dtypes:
-        cells = [f"{e['error_stats'][d]['max']:.3g}" if d in e.get("error_stats", {}) else "-" for _, e, _ in cols]
-        lines.append(f"| max error vs oracle, {d} | " + " | ".join(cells) + " |")
-    lines.append("| device | " + " | ".join(e.get("environment", {}).get("device", "-") for _, e, _ in cols) + " |")
-    lines.append(
-        "| golden set | " + " | ".join(f"`{(d['golden_set']['sha256'] or '-')[:12]}`" for _, _, d in cols) + " |"
-    )
-    lines.append("| date | " + " | ".join(d.get("date", "-") for _, _, d in cols) + " |")
-    legend = (
-        "\npass: passed in every dtype it applies to; **FAIL** (dtypes): failed there; n/a: the declaration "
-        "rules the clause out (reasons in each certificate); -: not in that certificate.\n"
-    )
-    return "\n".join(lines) + "\n" + legend
+    """The Markdown table of the certificates at ``paths`` (harness.certificate_markdown)."""
+    return render_compare_columns(load(paths))
 
 
 def main(argv: list[str] | None = None) -> int:

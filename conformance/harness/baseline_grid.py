@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from conformance.contract import Case
+from conformance.contract import DTYPES, Case
 from conformance.harness import compare
 from conformance.harness.cases import random_case, random_mask
 
@@ -28,7 +28,7 @@ GRID = (("self", "plain"), ("cross", "plain"), ("cross", "mask+causal"))
 def grid(dtypes) -> list[tuple[str, Case]]:
     """The fixed cases, keyed ``<shape>/<variant>/<dtype>``; inputs are seeded, hence reproducible."""
     out = []
-    for d in [x for x in ("float64", "float32", "float16", "bfloat16") if x in dtypes]:
+    for d in [x for x in DTYPES if x in dtypes]:
         for si, (label, B, H, T, S, D) in enumerate(SHAPES):
             for vi, variant in enumerate(VARIANTS):
                 if (label, variant) not in GRID:

@@ -8,6 +8,10 @@ declared everything away means little), the measured error against the float64 o
 (the regression-baseline grid, harness.baseline), each failure with the command that reproduces it,
 the regression-baseline comparison if one ran, and the SHA-256 of the golden fixture set, so the
 certificate names exactly which frozen answers it was checked against.
+
+This module gathers the record (the pytest hooks and :func:`build`); its readable forms are drawn
+by ``harness.certificate_markdown`` and ``harness.certificate_html``, and several certificates are
+compared by the command ``python -m conformance.certificates``.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import pytest
 
 from conformance.harness import coverage as space_coverage
 from conformance.harness import perf
+from conformance.harness.certificate_markdown import render_markdown
 from conformance.harness.clause import CLAUSES, info_of
 
 FORMAT = 1
@@ -196,91 +201,6 @@ def build(config: pytest.Config) -> dict:
         entry["space_coverage"] = space_coverage.table(space_coverage.counts(config).get(spec, {}), impl.declaration)
         doc["adapters"][spec] = entry
     return doc
-
-
-# -- Markdown ----------------------------------------------------------------------------------
-_MARK = {
-    "pass": "pass",
-    "fail": "**FAIL**",
-    "not applicable": "n/a",
-    "skipped": "skipped",
-    "not run": "not run",
-    "not in profile": "not in profile",
-}
-
-
-def _esc(s: Any) -> str:
-    return str(s).replace("|", "\\|").replace("\n", " ")
-
-
-def render_markdown(doc: dict) -> str:
-    out = []
-    for spec, a in doc["adapters"].items():
-        out.append(f"# SDPA conformance certificate: `{spec}`\n")
-        if a["verdict"] == "NOT RUN" and "clauses" not in a:
-            out.append(f"**Verdict: NOT RUN** ({a.get('reason', '')})\n")
-            continue
-        cov = a.get("coverage") or {}
-        out.append(f"**Verdict: {a['verdict']}**: {cov.get('summary', '')}.\n")
-        out += [f"- {line}" for line in cov.get("details", [])]
-        if cov.get("details"):
-            out.append("")
-        out.append(
-            "The verdict holds for the declaration below: a clause the declaration rules out is *not "
-            "applicable* (reason given) and says nothing about the kernel. Outputs are compared with a "
-            "float64 oracle under the tolerance rule of `conformance/harness/tolerance.py`.\n"
-        )
-        g = doc["golden_set"]
-        out.append("| | |\n|---|---|")
-        hashes = "hashes verified" if g["hashes_ok"] else "HASH PROBLEMS: " + _esc("; ".join(g["problems"]))
-        out += [
-            f"| suite | sdpa-conformance {doc['suite']['version']} |",
-            f"| spec revision | {_esc(doc['suite']['spec_revision'])} |",
-            f"| golden fixture set (sha256 of manifest) | `{g['sha256']}` ({hashes}) |",
-            f"| command | `{_esc(doc['command'])}` |",
-            f"| hypothesis profile | {doc.get('profile')} |",
-            f"| date | {doc['date']} |",
-        ]
-        env = a["environment"]
-        out.append("\n## Environment\n\n| | |\n|---|---|")
-        out += [f"| {k} | {_esc(env[k])} |" for k in ("platform", "machine", "processor", "python", "device")]
-        out += [f"| {lib} | {v} |" for lib, v in env["libraries"].items()]
-        out.append("\n## Declaration\n\n| field | value |\n|---|---|")
-        out += [f"| {k} | {_esc(v)} |" for k, v in a["declaration"].items() if k != "notes"]
-        if a["declaration"].get("notes"):
-            out.append(f"\nNotes: {a['declaration']['notes']}")
-        out.append("\n## Clauses\n\n| clause | result | detail | what it checks |\n|---|---|---|---|")
-        for cid, cl in a["clauses"].items():
-            out.append(
-                f"| {cid} | {_MARK.get(cl['outcome'], cl['outcome'])} | {_esc(cl['detail'])} | {_esc(cl['title'])} |"
-            )
-        if a.get("space_coverage"):
-            out += space_coverage.render_markdown(a["space_coverage"])
-        out.append("\n## Error against the float64 oracle, per dtype\n")
-        out.append(f"Source: {a['error_stats_source']}.\n")
-        if a["error_stats"]:
-            out.append("| dtype | max abs error | mean abs error | 99th percentile |\n|---|---|---|---|")
-            for d, s in a["error_stats"].items():
-                out.append(f"| {d} | {s['max']:.3g} | {s['mean']:.3g} | {s['p99']:.3g} |")
-        b = a.get("baseline")
-        if b:
-            out.append("\n## Regression baseline\n")
-            if "recorded" in b:
-                out.append(f"Recorded to `{b['recorded']}` in this run.")
-            else:
-                out.append(f"Compared against `{b['directory']}`: **{'no drift' if b['passed'] else 'MOVED'}**.")
-                if b.get("environment_changes"):
-                    out.append("Environment changes since the recording: " + "; ".join(b["environment_changes"]))
-                for p in b.get("problems", []):
-                    out.append("\n```\n" + p + "\n```")
-        out += perf.markdown_lines(a.get("perf"))
-        out.append("\n## Failures\n")
-        if not a["failures"]:
-            out.append("None.")
-        for f in a["failures"]:
-            out.append(f"### {f['clause']} [{f['dtype']}]\n\nReproduce: `{f['reproduce']}`\n\n```\n{f['message']}\n```")
-        out.append("")
-    return "\n".join(out) + "\n"
 
 
 def write(config: pytest.Config, path: Path) -> tuple[Path, ...]:

@@ -18,7 +18,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from conformance.contract import np_dtype
+from conformance.contract import DTYPES, np_dtype
 from conformance.harness import perf_charts
 
 _OUTCOME_CLASS = {"pass": "ok", "fail": "bad", "not applicable": "na", "not run": "nr", "not in profile": "nr"}
@@ -307,7 +307,7 @@ def render_compare(columns: list[tuple[str, dict, dict]]) -> str:
     labels = [label for label, _, _ in columns]
     parts = ["<h1>SDPA conformance certificates side by side</h1>"]
     summary = [["verdict"] + [e.get("verdict", "?") for _, e, _ in columns]]
-    for d in ("float64", "float32", "float16", "bfloat16"):
+    for d in DTYPES:
         if any(d in e.get("error_stats", {}) for _, e, _ in columns):
             summary.append(
                 [f"max error vs oracle, {d}"]

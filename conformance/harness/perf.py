@@ -119,12 +119,12 @@ class PerfFailure(Exception):
 
 
 def dtypes_for(decl: Any, wanted: str | None) -> list[str]:
-    from conformance.contract import DTYPES
+    from conformance.contract import DTYPES, LOW_PRECISION
 
     if wanted:
         names = [d.strip() for d in wanted.split(",") if d.strip()]
     elif decl.device.startswith("cuda"):
-        names = ["float16", "bfloat16"]
+        names = [d for d in DTYPES if d in LOW_PRECISION]
     else:
         names = ["float32"]
     chosen = [d for d in names if d in decl.dtypes]

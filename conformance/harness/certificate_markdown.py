@@ -1,0 +1,139 @@
+"""A conformance certificate in Markdown: one certificate for people, or several side by side.
+
+Both forms write a clause's outcome with the same cell (:data:`OUTCOME_CELL`), so "n/a" or
+"**FAIL**" means one thing whichever table it is read in.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conformance.contract import DTYPES
+from conformance.harness import coverage as space_coverage
+from conformance.harness import perf
+
+# -- one certificate ----------------------------------------------------------------------------------
+OUTCOME_CELL: dict[str, str] = {
+    "pass": "pass",
+    "fail": "**FAIL**",
+    "not applicable": "n/a",
+    "skipped": "skipped",
+    "not run": "not run",
+    "not in profile": "not in profile",
+}
+"""A clause's outcome in a certificate (``certificate._clause_outcome``) as a Markdown table cell."""
+
+
+def outcome_cell(outcome: str) -> str:
+    return OUTCOME_CELL.get(outcome, outcome)
+
+
+def _esc(s: Any) -> str:
+    return str(s).replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(doc: dict) -> str:
+    """The certificate ``doc`` (``certificate.build``) for people: one section per adapter."""
+    out = []
+    for spec, a in doc["adapters"].items():
+        out.append(f"# SDPA conformance certificate: `{spec}`\n")
+        if a["verdict"] == "NOT RUN" and "clauses" not in a:
+            out.append(f"**Verdict: NOT RUN** ({a.get('reason', '')})\n")
+            continue
+        cov = a.get("coverage") or {}
+        out.append(f"**Verdict: {a['verdict']}**: {cov.get('summary', '')}.\n")
+        out += [f"- {line}" for line in cov.get("details", [])]
+        if cov.get("details"):
+            out.append("")
+        out.append(
+            "The verdict holds for the declaration below: a clause the declaration rules out is *not "
+            "applicable* (reason given) and says nothing about the kernel. Outputs are compared with a "
+            "float64 oracle under the tolerance rule of `conformance/harness/tolerance.py`.\n"
+        )
+        g = doc["golden_set"]
+        out.append("| | |\n|---|---|")
+        hashes = "hashes verified" if g["hashes_ok"] else "HASH PROBLEMS: " + _esc("; ".join(g["problems"]))
+        out += [
+            f"| suite | sdpa-conformance {doc['suite']['version']} |",
+            f"| spec revision | {_esc(doc['suite']['spec_revision'])} |",
+            f"| golden fixture set (sha256 of manifest) | `{g['sha256']}` ({hashes}) |",
+            f"| command | `{_esc(doc['command'])}` |",
+            f"| hypothesis profile | {doc.get('profile')} |",
+            f"| date | {doc['date']} |",
+        ]
+        env = a["environment"]
+        out.append("\n## Environment\n\n| | |\n|---|---|")
+        out += [f"| {k} | {_esc(env[k])} |" for k in ("platform", "machine", "processor", "python", "device")]
+        out += [f"| {lib} | {v} |" for lib, v in env["libraries"].items()]
+        out.append("\n## Declaration\n\n| field | value |\n|---|---|")
+        out += [f"| {k} | {_esc(v)} |" for k, v in a["declaration"].items() if k != "notes"]
+        if a["declaration"].get("notes"):
+            out.append(f"\nNotes: {a['declaration']['notes']}")
+        out.append("\n## Clauses\n\n| clause | result | detail | what it checks |\n|---|---|---|---|")
+        for cid, cl in a["clauses"].items():
+            out.append(f"| {cid} | {outcome_cell(cl['outcome'])} | {_esc(cl['detail'])} | {_esc(cl['title'])} |")
+        if a.get("space_coverage"):
+            out += space_coverage.render_markdown(a["space_coverage"])
+        out.append("\n## Error against the float64 oracle, per dtype\n")
+        out.append(f"Source: {a['error_stats_source']}.\n")
+        if a["error_stats"]:
+            out.append("| dtype | max abs error | mean abs error | 99th percentile |\n|---|---|---|---|")
+            for d, s in a["error_stats"].items():
+                out.append(f"| {d} | {s['max']:.3g} | {s['mean']:.3g} | {s['p99']:.3g} |")
+        b = a.get("baseline")
+        if b:
+            out.append("\n## Regression baseline\n")
+            if "recorded" in b:
+                out.append(f"Recorded to `{b['recorded']}` in this run.")
+            else:
+                out.append(f"Compared against `{b['directory']}`: **{'no drift' if b['passed'] else 'MOVED'}**.")
+                if b.get("environment_changes"):
+                    out.append("Environment changes since the recording: " + "; ".join(b["environment_changes"]))
+                for p in b.get("problems", []):
+                    out.append("\n```\n" + p + "\n```")
+        out += perf.markdown_lines(a.get("perf"))
+        out.append("\n## Failures\n")
+        if not a["failures"]:
+            out.append("None.")
+        for f in a["failures"]:
+            out.append(f"### {f['clause']} [{f['dtype']}]\n\nReproduce: `{f['reproduce']}`\n\n```\n{f['message']}\n```")
+        out.append("")
+    return "\n".join(out) + "\n"
+
+
+# -- several certificates side by side ---------------------------------------------------------
+def render_compare(cols: list[tuple[str, dict, dict]]) -> str:
+    """Several certificates side by side as one Markdown table, clause x adapter; ``cols`` as
+    ``conformance.certificates.load`` gives them (label, adapter entry, whole certificate)."""
+    if not cols:
+        return "no adapters in the given certificates\n"
+    clauses = sorted({cid for _, e, _ in cols for cid in e.get("clauses", {})})
+    head = "| clause | " + " | ".join(c for c, _, _ in cols) + " |"
+    lines = [head, "|---|" + "---|" * len(cols)]
+    lines.append("| **verdict** | " + " | ".join(f"**{e.get('verdict', '?')}**" for _, e, _ in cols) + " |")
+    for cid in clauses:
+        cells = []
+        for _, e, _ in cols:
+            cl = e.get("clauses", {}).get(cid)
+            if cl is None:
+                cells.append("-")
+                continue
+            cell = outcome_cell(cl["outcome"])
+            if cl["outcome"] == "fail":
+                cell += " (" + cl["detail"].removeprefix("failed: ") + ")"
+            cells.append(cell)
+        lines.append(f"| {cid} | " + " | ".join(cells) + " |")
+    dtypes = [d for d in DTYPES if any(d in e.get("error_stats", {}) for _, e, _ in cols)]
+    for d in dtypes:
+        cells = [f"{e['error_stats'][d]['max']:.3g}" if d in e.get("error_stats", {}) else "-" for _, e, _ in cols]
+        lines.append(f"| max error vs oracle, {d} | " + " | ".join(cells) + " |")
+    lines.append("| device | " + " | ".join(e.get("environment", {}).get("device", "-") for _, e, _ in cols) + " |")
+    lines.append(
+        "| golden set | " + " | ".join(f"`{(d['golden_set']['sha256'] or '-')[:12]}`" for _, _, d in cols) + " |"
+    )
+    lines.append("| date | " + " | ".join(d.get("date", "-") for _, _, d in cols) + " |")
+    legend = (
+        "\npass: passed in every dtype it applies to; **FAIL** (dtypes): failed there; n/a: the declaration "
+        "rules the clause out (reasons in each certificate); -: not in that certificate.\n"
+    )
+    return "\n".join(lines) + "\n" + legend
