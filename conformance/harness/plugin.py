@@ -12,7 +12,6 @@ are not clauses.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import pytest
@@ -22,6 +21,7 @@ from conformance.harness import (
     certificate,
     coverage,
     failures,
+    options,
     ordering,
     perf,
     runstate,
@@ -38,47 +38,7 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
     for sub in SUBPLUGINS:
         if not pluginmanager.is_registered(sub):
             pluginmanager.register(sub, sub.__name__)
-    group = parser.getgroup("sdpa-conformance", "SDPA conformance suite")
-    group.addoption(
-        "--impl",
-        action="append",
-        default=[],
-        metavar="SPEC",
-        help="kernel to certify: a built-in name (numpy, torch-eager, torch-sdpa, jax, ...), "
-        "module:attr (adapter object or class), or module:function (torch SDPA signature). "
-        "Repeatable or comma-separated. Default: every built-in adapter importable here.",
-    )
-    group.addoption(
-        "--declare",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a declaration field of the kernel under test, e.g. grad=false, "
-        "dtypes=float32,float64, all_blocked=nan, causal_alignment=bottom-right. Repeatable.",
-    )
-    group.addoption(
-        "--impl-list", action="store_true", help="list available adapters and their declarations, then exit"
-    )
-    group.addoption(
-        "--conformance-profile",
-        choices=runstate.HYPOTHESIS_PROFILES,
-        default=os.environ.get("SDPA_CONFORMANCE_PROFILE", "ci"),
-        help="hypothesis profile: ci (fast, derandomized) or thorough (many more examples, random seeds)",
-    )
-    group.addoption(
-        "--allow-partial",
-        action="store_true",
-        default=False,
-        help="exit 0 when a run that selected only some clauses (-k, --deselect, a file subset) passed; "
-        "the verdict still says PARTIAL, never CONFORMS",
-    )
-    group.addoption(
-        "--call-timeout",
-        type=float,
-        default=runstate.DEFAULT_CALL_TIMEOUT,
-        metavar="SECONDS",
-        help="a single kernel call that takes longer fails its clause (0 disables the guard)",
-    )
+    options.add_options(parser)
 
 
 def _state(config: pytest.Config) -> State:
@@ -120,19 +80,7 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
     """``--impl-list``: every adapter known here, whether it can run, and what it declares."""
     if not config.getoption(runstate.OPT_IMPL_LIST):
         return None
-    from conformance.harness import registry
-
-    for name, target in sorted(registry.known_names().items()):
-        try:
-            res = registry.resolve(name)
-        except registry.ImplSpecError as exc:
-            print(f"{name:28s} ERROR {exc}")
-            continue
-        status = "available" if res.usable else f"unavailable: {res.reason}"
-        print(f"{name:28s} {target}  [{status}]")
-        if res.adapter is not None:
-            for key, value in res.adapter.declaration.as_dict().items():
-                print(f"    {key:18s} {value}")
+    options.print_impl_list()
     return 0
 
 
