@@ -1,6 +1,6 @@
 """The pytest plugin (entry point ``pytest11: sdpa_conformance``).
 
-It adds ``--impl`` and friends, turns every clause function into one test per (adapter, dtype),
+It adds ``--impl`` and friends (harness.options), turns every clause function into one test per (adapter, dtype),
 reports clauses a kernel's declaration rules out as *not applicable* with the reason, wraps each
 clause failure with the clause id, the spec sentence and a command that reproduces it
 (harness.failures), and ends the run with one verdict per adapter (harness.verdict), which the exit
