@@ -62,6 +62,10 @@ MemoryScaling = Literal["linear", "quadratic"]
 MEMORY_SCALINGS: tuple[str, ...] = ("linear", "quadratic")
 LseBase = Literal["e", "2"]
 LseEmpty = Literal["-inf", "+inf"]
+MeanVKeys = Literal["sequence", "buffer"]
+# The all-blocked policy name a varlen case gets from a kernel whose mean-v fill averages the whole
+# padded key buffer (Declaration.mean_v_keys="buffer"); only the variant oracle knows it.
+MEAN_V_BUFFER = "mean-v-buffer"
 
 # The exception classes a kernel rejects invalid input with, unless it declares others: what
 # Python, NumPy, torch and jax raise for bad shapes and dtypes. Names, not classes, so that
@@ -299,6 +303,11 @@ class Declaration:
     lse_base: LseBase = "e"
     lse_empty: LseEmpty = "-inf"
     varlen: bool = False
+    # Which keys the ``mean-v`` fill of a row that sees no key averages when a case has per-sequence
+    # lengths: "sequence", the sequence's own keys (a packed kernel has no others); "buffer", every
+    # slot of the padded key axis, past-the-end padding included (a padded-form kernel that masks
+    # padding with the same large negative number as blocked keys: jax.nn.dot_product_attention).
+    mean_v_keys: MeanVKeys = "sequence"
     # KV caches (flash_attn_with_kvcache): per-sequence key lengths with dense queries (cache_seqlens),
     # paged caches with a block table (page sizes a multiple of ``page_size_multiple``; FlashAttention
     # 2: 256), and new keys appended to the cache by the kernel (Case.kv_form says which form a case uses).
@@ -329,6 +338,8 @@ class Declaration:
             raise ValueError(f"causal_alignment={self.causal_alignment!r}; one of {CAUSAL_ALIGNMENTS}")
         if self.mask_sense not in ("blocked", "attend"):
             raise ValueError(f"mask_sense={self.mask_sense!r}; 'blocked' or 'attend'")
+        if self.mean_v_keys not in ("sequence", "buffer"):
+            raise ValueError(f"mean_v_keys={self.mean_v_keys!r}; 'sequence' or 'buffer'")
         if self.lse_base not in ("e", "2"):
             raise ValueError(f"lse_base={self.lse_base!r}; 'e' or '2'")
         if self.lse_empty not in ("-inf", "+inf"):
@@ -372,10 +383,14 @@ class Declaration:
 
         Some kernels fill differently when the blocking comes from an additive ``-inf`` mask than
         from a boolean one (``jax.nn.dot_product_attention``: mean of V for a boolean mask, NaN for
-        an all ``-inf`` bias); ``all_blocked_float_mask`` declares the second.
+        an all ``-inf`` bias); ``all_blocked_float_mask`` declares the second. A varlen case of a
+        kernel declaring ``mean_v_keys="buffer"`` gets ``"mean-v-buffer"``, which only the variant
+        oracle takes (the lowered base case of such a case is a padded mask, where mean-v means it).
         """
         if case.bias is not None and case.mask is None and self.all_blocked_float_mask is not None:
             return self.all_blocked_float_mask
+        if self.all_blocked == "mean-v" and self.mean_v_keys == "buffer" and case.is_varlen:
+            return MEAN_V_BUFFER  # the variant oracle's name for it (conformance/oracle_variants.py)
         return self.all_blocked
 
     def tolerance_dtype(self, case: Case) -> str:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from conformance.contract import Case
+from conformance.contract import MEAN_V_BUFFER, Case
 from conformance.oracle import Forward, blocked_and_bias, expand_kv
 
 
@@ -160,7 +160,8 @@ def forward(case: Case, *, all_blocked: str = "zeros", causal_alignment: str = "
 
     Padded query rows (variable lengths) are all-blocked but not the kernel's to fill: their output
     and weights are 0 and their lse -inf whatever the all-blocked policy. The ``mean-v`` fill of an
-    empty row of a sequence averages that sequence's own keys."""
+    empty row of a sequence averages that sequence's own keys; ``mean-v-buffer`` (a kernel declaring
+    ``mean_v_keys="buffer"``) every slot of the padded key axis, as the lowered base case does."""
     s, blocked = scores(case, causal_alignment)
     s = np.where(blocked, -np.inf, s)
     empty = blocked.all(axis=-1)
@@ -174,6 +175,8 @@ def forward(case: Case, *, all_blocked: str = "zeros", causal_alignment: str = "
         _, sk = lengths(case)
         keys = (np.arange(case.S)[None, :] < sk[:, None]) / np.maximum(sk, 1)[:, None]  # [B, S]
         weights = np.where(empty[..., None], keys[:, None, None, :], weights)
+    elif all_blocked == MEAN_V_BUFFER:
+        weights = np.where(empty[..., None], 1.0 / max(case.S, 1), weights)
     elif all_blocked != "zeros":
         raise ValueError(f"unknown all_blocked policy {all_blocked!r}")
     pad = padding(case)[:, None, :]  # [B, 1, T]

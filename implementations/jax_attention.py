@@ -46,6 +46,20 @@ Measured on this machine (jax 0.10.2 CPU; tests/test_adapter_declarations.py re-
   float64 reference. This is declared as ``float64_computed_as='float32'``: float64 cases are held
   to the float32 tolerance rule, and the certificate shows the declaration.
 
+Variants (issue 12), passed through jax's own arguments and measured against the variant oracle:
+
+* ``local_window_size=(left, right)``: query i sees keys ``i - left ... i + right``, aligned
+  top-left like its ``is_causal`` (no ``S - T`` offset), united with ``is_causal``; jax has no
+  unbounded side, so the contract's ``-1`` is passed as ``T + S``. Passed as int32 scalars (traced),
+  one compilation serves every window of a shape.
+* ``query_seq_lengths`` / ``key_value_seq_lengths`` (int32 [B]): the padded form of a varlen case
+  (the contract's own layout), positions top-left per sequence; padded query rows come back 0.
+  A row that sees no key gets the mean of V over the whole padded key axis, padding included (a
+  sequence with no keys averages the padding): declared ``mean_v_keys='buffer'``.
+* no softcap, ALiBi, paged cache or appended keys: not applicable by declaration. (``return_residual``
+  returns an lse, but a row that sees no key gets a finite -0.7 * float32 max + log S, neither
+  declared convention; not declared.)
+
 ``cudnn`` is GPU only and not measured here (no GPU in the session that wrote it).
 """
 
@@ -108,42 +122,41 @@ def _as_4d(a: np.ndarray) -> np.ndarray:
     return a.reshape((1,) * (4 - a.ndim) + a.shape)
 
 
-def _attention(q, k, v, bias, mask, *, is_causal: bool, scale: float | None, implementation: str | None):
-    """Contract layout in, contract layout out."""
-    out = jax.nn.dot_product_attention(
-        jnp.swapaxes(q, 1, 2),
-        jnp.swapaxes(k, 1, 2),
-        jnp.swapaxes(v, 1, 2),
+def _native(q, k, v, bias, mask, window, q_len, kv_len, *, is_causal: bool, scale: float | None, implementation):
+    """jax's own layout in and out ([B, T, N, H]): the call a jax user makes (the perf profile's ``run``).
+
+    ``window`` (a pair of int32 scalars or None), ``q_len`` and ``kv_len`` (int32 [B] or None) are
+    jax's ``local_window_size``, ``query_seq_lengths`` and ``key_value_seq_lengths``.
+    """
+    return jax.nn.dot_product_attention(
+        q,
+        k,
+        v,
         bias=bias,
         mask=mask,
         is_causal=is_causal,
         scale=scale,
+        query_seq_lengths=q_len,
+        key_value_seq_lengths=kv_len,
+        local_window_size=window,
         implementation=implementation,
     )
-    return jnp.swapaxes(out, 1, 2)
 
 
-def _vjp(q, k, v, bias, mask, g, *, is_causal: bool, scale: float | None, implementation: str | None):
-    f = functools.partial(
-        _attention, bias=bias, mask=mask, is_causal=is_causal, scale=scale, implementation=implementation
-    )
+def _attention(q, k, v, bias, mask, window, q_len, kv_len, **static: Any):
+    """Contract layout in, contract layout out."""
+    t = functools.partial(jnp.swapaxes, axis1=1, axis2=2)
+    return t(_native(t(q), t(k), t(v), bias, mask, window, q_len, kv_len, **static))
+
+
+def _pullback(fn, q, k, v, bias, mask, window, q_len, kv_len, g, **static: Any):
+    f = functools.partial(fn, bias=bias, mask=mask, window=window, q_len=q_len, kv_len=kv_len, **static)
     _, pullback = jax.vjp(f, q, k, v)
     return pullback(g)
 
 
-def _native(q, k, v, bias, mask, *, is_causal: bool, scale: float | None, implementation: str | None):
-    """jax's own layout in and out ([B, T, N, H]): the call a jax user makes (the perf profile's ``run``)."""
-    return jax.nn.dot_product_attention(
-        q, k, v, bias=bias, mask=mask, is_causal=is_causal, scale=scale, implementation=implementation
-    )
-
-
-def _native_vjp(q, k, v, bias, mask, g, *, is_causal: bool, scale: float | None, implementation: str | None):
-    f = functools.partial(
-        _native, bias=bias, mask=mask, is_causal=is_causal, scale=scale, implementation=implementation
-    )
-    _, pullback = jax.vjp(f, q, k, v)
-    return pullback(g)
+_vjp = functools.partial(_pullback, _attention)
+_native_vjp = functools.partial(_pullback, _native)
 
 
 _STATIC = ("is_causal", "scale", "implementation")
@@ -151,6 +164,25 @@ _attention_jit = jax.jit(_attention, static_argnames=_STATIC)
 _vjp_jit = jax.jit(_vjp, static_argnames=_STATIC)
 _native_jit = jax.jit(_native, static_argnames=_STATIC)
 _native_vjp_jit = jax.jit(_native_vjp, static_argnames=_STATIC)
+
+
+def _variant_args(case: Case) -> tuple[Any, Any, Any]:
+    """(local_window_size, query_seq_lengths, key_value_seq_lengths) for ``case``, as jax takes them.
+
+    The window goes in as a pair of int32 scalars rather than Python ints: jax's xla implementation
+    only compares positions with it (``_get_window_mask``), so the same program serves every window
+    of a shape, one compilation instead of one per window. The contract's unbounded side (-1) is a
+    side longer than the case (T + S): jax has no unbounded marker, and ``-1`` would mean "one key
+    fewer than none". Lengths are int32 [B] as jax requires; a case without query lengths passes
+    none (every query row is real).
+    """
+    window = None
+    if case.window is not None:
+        wide = case.T + case.S
+        window = tuple(jnp.asarray(wide if int(w) < 0 else int(w), dtype=jnp.int32) for w in case.window)
+    q_len = None if case.seqlens_q is None else jnp.asarray(np.asarray(case.seqlens_q), dtype=jnp.int32)
+    kv_len = None if case.seqlens_k is None else jnp.asarray(np.asarray(case.seqlens_k), dtype=jnp.int32)
+    return window, q_len, kv_len
 
 
 class JaxAttention:
@@ -192,7 +224,7 @@ class JaxAttention:
         mask = None
         if case.mask is not None:
             mask = jnp.asarray(~_as_4d(np.asarray(case.mask, dtype=bool)))
-        arrays = [_to_jax(case.query), _to_jax(case.key), _to_jax(case.value), bias, mask]
+        arrays = [_to_jax(case.query), _to_jax(case.key), _to_jax(case.value), bias, mask, *_variant_args(case)]
         static = {
             "is_causal": bool(case.is_causal),
             "scale": None if case.scale is None else float(case.scale),
@@ -237,8 +269,8 @@ class JaxAttention:
         the kernel alone: neither the host -> device copy nor the adapter's layout transposes (which,
         inside the jitted call, copy Q, K and V: two copies of a decode row's whole KV cache)."""
         with jax.enable_x64(True), _compile_refusals():
-            (q, k, v, bias, mask), static = self._args(case)
-            arrays = [jnp.swapaxes(q, 1, 2), jnp.swapaxes(k, 1, 2), jnp.swapaxes(v, 1, 2), bias, mask]
+            (q, k, v, *rest), static = self._args(case)
+            arrays = [jnp.swapaxes(q, 1, 2), jnp.swapaxes(k, 1, 2), jnp.swapaxes(v, 1, 2), *rest]
         return case, jax.block_until_ready(arrays), static
 
     def run(self, handle: tuple) -> jax.Array:
@@ -381,13 +413,21 @@ _XLA = Declaration(
     batch_invariant=False,
     returns_weights=False,
     validates_inputs=False,
+    window=True,
+    varlen=True,
+    kv_lengths=True,
+    mean_v_keys="buffer",
     backend="xla",
     notes=(
         "jax 0.10 jax.nn.dot_product_attention, implementation='xla', jitted (float16 on CPU runs "
         "un-jitted: jit fails with F16_F16_F32 unsupported by dot_general on CPU). Measured: rows "
         "all blocked by the bool mask -> mean of V, dq = 0, finite grads; all -inf bias rows -> NaN "
         "output and grads; is_causal top-left; GQA h -> h // (N/K); Dk != Dv refused; no dropout "
-        "argument; not batch invariant; float64 logits but float32 softmax (~1e-7 error)."
+        "argument; not batch invariant; float64 logits but float32 softmax (~1e-7 error). "
+        "Variants: local_window_size (left, right) top-left like is_causal, query_seq_lengths / "
+        "key_value_seq_lengths per sequence (padded form; padded query rows 0); a row that sees no "
+        "key averages the whole padded key buffer, padding included (mean_v_keys=buffer). No "
+        "softcap, ALiBi or paged cache argument."
     ),
 )
 
@@ -402,6 +442,11 @@ cudnn = JaxAttention(
         deterministic=False,
         max_head_dim=128,
         backend="cudnn",
+        # jax maps the window onto cuDNN's left-only sliding window (a right side only under causal)
+        # and the lengths onto padding masks; not measured, so not claimed.
+        window=False,
+        varlen=False,
+        kv_lengths=False,
         notes=(
             "jax.nn.dot_product_attention(implementation='cudnn'): GPU only, fp16/bf16, head dim "
             "<= 128. NOT measured by the author (no GPU); all_blocked and determinism unverified."

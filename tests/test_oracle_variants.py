@@ -243,3 +243,26 @@ def test_lengths_are_checked():
         oracle_variants.forward(case.replace(seqlens_q=np.array([4, 1])))
     with pytest.raises(ValueError, match="expected"):
         oracle_variants.forward(case.replace(seqlens_k=np.array([1, 2, 3])))
+
+
+def test_mean_v_fill_of_a_varlen_row_averages_the_declared_keys():
+    """mean-v on a row that sees no key: the sequence's own keys ("sequence"), or every slot of the
+    padded key axis ("buffer", Declaration.mean_v_keys), computed here with plain means."""
+    from conformance.contract import MEAN_V_BUFFER, Declaration
+
+    tq, sk = np.array([2, 3, 1]), np.array([0, 4, 6])  # sequence 0 has no keys; (3, 4) with window (0, 0)
+    case = random_case(7, B=3, Hq=2, T=3, S=6, Dk=4, dtype="float64").replace(seqlens_q=tq, seqlens_k=sk, window=(0, 0))
+    v = np.asarray(case.value, dtype=np.float64)
+    seq = oracle_variants.forward(case, all_blocked="mean-v")
+    buf = oracle_variants.forward(case, all_blocked=MEAN_V_BUFFER)
+    assert (seq.out[0, :, :2] == 0).all()  # the mean of no keys
+    np.testing.assert_allclose(buf.out[0, :, :2], np.broadcast_to(v[0].mean(axis=1)[:, None], (2, 2, 4)), rtol=1e-13)
+    # sequences with keys and a visible key per row agree under both; padded rows are 0 under both
+    np.testing.assert_array_equal(seq.out[1:], buf.out[1:])
+    assert (buf.out[0, :, 2] == 0).all() and (buf.out[2, :, 1:] == 0).all()
+    decl = Declaration(all_blocked="mean-v", mean_v_keys="buffer")
+    assert decl.all_blocked_policy(case) == MEAN_V_BUFFER
+    assert decl.all_blocked_policy(case.replace(seqlens_q=None, seqlens_k=None)) == "mean-v"
+    assert Declaration(all_blocked="zeros", mean_v_keys="buffer").all_blocked_policy(case) == "zeros"
+    with pytest.raises(ValueError, match="mean_v_keys"):
+        Declaration(mean_v_keys="padded")

@@ -42,10 +42,14 @@ VARLEN_WINDOW = Definition(
 )
 
 
-def ragged(seed: int, dtype: str, tq, sk, **kw):
-    """A batch of len(tq) sequences, sequence b with tq[b] queries and sk[b] keys."""
+def ragged(seed: int, dtype: str, tq, sk, T: int | None = None, S: int | None = None, **kw):
+    """A batch of len(tq) sequences, sequence b with tq[b] queries and sk[b] keys, in a padded buffer
+    of T x S (default: the longest; a larger buffer lets clauses share one shape, which a compiling
+    kernel then builds once)."""
     tq, sk = np.asarray(tq), np.asarray(sk)
-    case = random_case(seed, B=len(tq), T=int(tq.max()), S=int(sk.max()), dtype=dtype, **kw)
+    T = int(tq.max()) if T is None else T
+    S = int(sk.max()) if S is None else S
+    case = random_case(seed, B=len(tq), T=T, S=S, dtype=dtype, **kw)
     return case.replace(seqlens_q=tq, seqlens_k=sk, label="varlen")
 
 
@@ -73,7 +77,9 @@ def test_varlen_sequences(impl, dtype):
     kills=["varlen_global_offset"],
 )
 def test_varlen_causal(impl, dtype):
-    case = ragged(1010, dtype, [4, 6, 1, 3], [10, 6, 5, 3], Hq=2, Dk=8, is_causal=True)
+    case = ragged(
+        1010, dtype, [4, 6, 1, 3, 2], [10, 6, 5, 3, 13], Hq=2, Dk=8, is_causal=True
+    )  # VARLEN-EDGES-04's shape
     impl.require(case)
     check_blocked_pattern(impl, case)
     assert_variant_output(impl, case)
@@ -101,7 +107,7 @@ def test_varlen_window_alibi(impl, dtype):
     kills=["varlen_keys_past_end", "varlen_global_offset"],
 )
 def test_varlen_edges(impl, dtype):
-    case = ragged(1030, dtype, [1, 4, 0, 1, 3], [13, 0, 5, 1, 3], Hq=2, Dk=8)
+    case = ragged(1030, dtype, [1, 4, 0, 1, 3], [13, 0, 5, 1, 3], T=6, Hq=2, Dk=8)  # VARLEN-CAUSAL-02's shape
     impl.require(case)
     assert_variant_output(impl, case)
     causal = case.replace(is_causal=True, label=case.label + " causal")
