@@ -6,13 +6,15 @@ triangle top-left (query i sees keys j <= i), FlashAttention and KV-cache decode
 (j <= i + S - T). A kernel declares its alignment and the oracle follows the declaration; what
 fails is a kernel that does something other than what it declared. Decode (T = 1) is where the two
 alignments differ most: top-left lets the single query see key 0 only, bottom-right every key.
+A kernel that compiles per shape checks, in the ci profile, each of a clause's shapes in one of its
+dtypes (``buckets.spread``) rather than every shape in every dtype.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from conformance.harness import compare, tolerance
+from conformance.harness import buckets, compare, tolerance
 from conformance.harness.cases import random_case, random_mask
 from conformance.harness.clause import Source, clause
 from conformance.harness.probes import observe_weights
@@ -85,7 +87,7 @@ def test_causal_triangle(impl, dtype):
     kills=["causal_bottom_right", "declares_bottom_right_runs_top_left"],
 )
 def test_causal_alignment(impl, dtype):
-    for seed, (T, S) in ((310, (3, 7)), (311, (7, 3))):
+    for seed, (T, S) in buckets.spread(impl, dtype, ((310, (3, 7)), (311, (7, 3)))):
         case = random_case(
             seed,
             B=1,
@@ -109,7 +111,7 @@ def test_causal_alignment(impl, dtype):
     kills=["causal_bottom_right", "declares_bottom_right_runs_top_left", "drop_key_tail_tile32"],
 )
 def test_decode_single_query(impl, dtype):
-    for seed, S in ((320, 1), (322, 40)):
+    for seed, S in buckets.spread(impl, dtype, ((320, 1), (322, 40))):
         case = random_case(seed, B=2, Hq=2, T=1, S=S, Dk=16, dtype=dtype, label=f"decode T=1 S={S}")
         impl.require(case)
         compare.assert_output_matches(impl, case)
@@ -129,7 +131,7 @@ def test_decode_single_query(impl, dtype):
     kills=["mask_ignored_when_causal", "causal_mask_and"],
 )
 def test_causal_with_mask(impl, dtype):
-    for seed, (T, S) in ((330, (6, 6)), (331, (4, 7))):
+    for seed, (T, S) in buckets.spread(impl, dtype, ((330, (6, 6)), (331, (4, 7)))):
         mask = random_mask(seed, (2, 2, T, S), p_blocked=0.35)
         mask[..., 0] = False  # key 0 is visible to every query under both alignments: no empty rows
         case = random_case(

@@ -4,13 +4,14 @@ A kernel that is right on the shapes its author tried can still be wrong at T !=
 at a sequence length one past a tile boundary, or at a head dim that is not a multiple of 8. These
 clauses run each shape the kernel declares it supports and report the others as not applicable
 only when *none* is supported, so that a kernel limited to Dk == Dv (FlashAttention, jax) is still
-checked on every shape it takes.
+checked on every shape it takes. A kernel that compiles per shape runs, in the ci profile, each
+shape in one of its dtypes (``buckets.spread``): every shape once per run instead of once per dtype.
 """
 
 from __future__ import annotations
 
 from conformance.contract import Case
-from conformance.harness import compare
+from conformance.harness import buckets, compare
 from conformance.harness.cases import random_case
 from conformance.harness.clause import Source, clause
 
@@ -40,19 +41,21 @@ TILE_TAILS: tuple[tuple[int, int], ...] = ((33, 31), (63, 129), (129, 65), (3, 1
 ODD_HEAD_DIMS: tuple[tuple[int, int], ...] = ((5, 5), (12, 12), (20, 20), (5, 12), (20, 12))
 
 
-def _run_supported(impl, cases: list[Case]) -> None:
-    """Compare every case the kernel declares it supports; not applicable only if none is."""
+def _run_supported(impl, dtype: str, cases: list[Case]) -> None:
+    """Compare every case the kernel declares it supports (for a kernel compiling per shape, in the
+    ci profile, those of them that fall to ``dtype``); not applicable only if none is supported."""
     reasons = []
-    ran = 0
+    supported = []
     for case in cases:
         why = impl.declaration.not_supported_reasons(case)
         if why:
             reasons.append(f"{case.describe()}: {'; '.join(why)}")
-            continue
-        compare.assert_output_matches(impl, case)  # a kernel refusing a declared shape fails (undeclared refusal)
-        ran += 1
-    if not ran:
+        else:
+            supported.append(case)
+    if not supported:
         impl.not_applicable("no shape of this clause is supported: " + " | ".join(reasons[:3]))
+    for case in buckets.spread(impl, dtype, supported):
+        compare.assert_output_matches(impl, case)  # a kernel refusing a declared shape fails (undeclared refusal)
 
 
 @clause(
@@ -68,7 +71,7 @@ def test_cross_attention_shapes(impl, dtype):
         )
         for i, (B, H, T, S, Dk, Dv) in enumerate(CROSS_SHAPES)
     ]
-    _run_supported(impl, cases)
+    _run_supported(impl, dtype, cases)
 
 
 @clause(
@@ -82,7 +85,7 @@ def test_tile_tails(impl, dtype):
         random_case(410 + i, B=1, Hq=2, T=T, S=S, Dk=16, dtype=dtype, label=f"tile tail T={T} S={S}")
         for i, (T, S) in enumerate(TILE_TAILS)
     ]
-    _run_supported(impl, cases)
+    _run_supported(impl, dtype, cases)
 
 
 @clause(
@@ -96,4 +99,4 @@ def test_odd_head_dims(impl, dtype):
         random_case(420 + i, B=2, Hq=2, T=4, S=6, Dk=Dk, Dv=Dv, dtype=dtype, magnitude=1.5, label=f"Dk={Dk} Dv={Dv}")
         for i, (Dk, Dv) in enumerate(ODD_HEAD_DIMS)
     ]
-    _run_supported(impl, cases)
+    _run_supported(impl, dtype, cases)

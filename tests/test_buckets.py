@@ -1,0 +1,100 @@
+"""Shape buckets (conformance/harness/buckets.py): what a kernel compiling per shape is spared, and
+that a clause still catches its mutants when the mutant says it compiles per shape.
+
+The mutant self-tests (test_clauses_bite.py) run kernels that do not compile per shape, so they see
+every clause's own shapes; here the same mutants run behind ``compiles_per_shape = True``, where the
+ci profile spreads a clause's shapes over the dtypes, and must still fail the clause in some dtype.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from conformance.contract import DTYPES, Declaration
+from conformance.harness import buckets
+from tests.clause_runner import dtypes_for, load_clauses, run_clause
+
+
+def _adapter(compiles: bool, dtypes=DTYPES):
+    return SimpleNamespace(compiles_per_shape=compiles, declaration=Declaration(dtypes=frozenset(dtypes)))
+
+
+class CompilingPerShape:
+    """``inner`` with ``compiles_per_shape = True``: the clauses treat it as they treat jax."""
+
+    compiles_per_shape = True
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+
+def test_not_bucketed_keeps_everything():
+    plain = _adapter(False)
+    items = ["a", "b", "c", "d", "e"]
+    assert all(buckets.spread(plain, d, items) == items for d in DTYPES)
+    own = dict(B=3, Hq=2, T=4, S=9, Dk=5)
+    assert buckets.dims(plain, "cross", **own) == {**own, "Hkv": 2, "Dv": 5}
+
+
+@pytest.mark.parametrize("n_items", [1, 2, 3, 4, 5, 9])
+@pytest.mark.parametrize("dtypes", [DTYPES, ("float32", "float16"), ("bfloat16",)])
+def test_spread_checks_every_item_and_every_dtype(n_items, dtypes):
+    """Each item runs in some declared dtype, each declared dtype runs at least one item, and no
+    item runs twice unless a dtype would otherwise run nothing."""
+    impl = _adapter(True, dtypes)
+    items = list(range(n_items))
+    per_dtype = {d: buckets.spread(impl, d, items) for d in dtypes}
+    ran = [i for got in per_dtype.values() for i in got]
+    assert set(ran) == set(items)
+    assert all(per_dtype.values())
+    assert len(ran) == max(n_items, len(dtypes))
+
+
+def test_palette_shapes_are_of_their_class_and_shared():
+    impl = _adapter(True)
+    for cls, shape in buckets.PALETTE.items():
+        own = {k: v for k, v in shape.items() if k in ("B", "Hq", "T", "S", "Dk")}
+        assert buckets.dims(impl, cls, **own) == shape
+    assert buckets.dims(impl, "self", B=1, Hq=3, T=9, S=9, Dk=16) == buckets.PALETTE["self"]
+
+
+def test_dims_refuses_sizes_outside_the_class():
+    with pytest.raises(ValueError):
+        buckets.dims(_adapter(False), "self", B=1, Hq=1, T=3, S=4, Dk=8)
+    with pytest.raises(ValueError):
+        buckets.dims(_adapter(True), "decode", B=1, Hq=4, Hkv=2, T=1, S=4, Dk=8)  # GQA: not in the palette
+
+
+# (clause, mutant) pairs of the clauses that spread their shapes; each mutant is one the clause claims.
+SPREAD_KILLS = [
+    ("XATTN-SHAPES-01", "kv_truncated_to_query_length"),
+    ("XATTN-TILE-TAILS-02", "drop_key_tail_tile32"),
+    ("XATTN-TILE-TAILS-02", "drop_query_tail_tile32"),
+    ("XATTN-HEAD-DIMS-03", "scale_from_padded_head_dim"),
+    ("SHAPE-OUT-01", "output_length_s"),
+    ("SHAPE-WEIGHTS-02", "weights_transposed"),
+    ("CAUSAL-ALIGN-02", "causal_bottom_right"),
+    ("CAUSAL-DECODE-03", "causal_bottom_right"),
+    ("CAUSAL-WITH-MASK-04", "mask_ignored_when_causal"),
+    ("CAUSAL-WITH-MASK-ARGS-05", "mask_ignored_when_causal"),
+    ("GQA-MAP-01", "gqa_wrong_mapping"),
+    ("GQA-EXPAND-02", "gqa_first_kv_head_only"),
+]
+
+
+@pytest.mark.parametrize("clause_id, mutant", SPREAD_KILLS, ids=[f"{c}-{m}" for c, m in SPREAD_KILLS])
+def test_spread_clauses_still_kill(clause_id, mutant):
+    clauses = load_clauses()
+    from tests.mutants import MUTANTS
+
+    info = clauses[clause_id]
+    assert mutant in info.kills
+    results = [run_clause(info, CompilingPerShape(MUTANTS[mutant]()), d) for d in dtypes_for(info)]
+    assert any(r.startswith("failed") for r in results), results
+    base = [run_clause(info, CompilingPerShape(MUTANTS["base"]()), d) for d in dtypes_for(info)]
+    assert all(r == "passed" for r in base), base
