@@ -188,6 +188,43 @@ def forward(case: Case, *, all_blocked: str = "zeros", causal_alignment: str = "
     return VariantForward(out=out, weights=weights, blocked=blocked, all_blocked=empty, lse=lse)
 
 
+def vjp(
+    case: Case, grad_out: np.ndarray, *, all_blocked: str = "zeros", causal_alignment: str = "top-left"
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(dQ, dK, dV) of a variant case for the cotangent ``grad_out``, analytic, float64.
+
+    The base oracle's backward (dV = P^T dO; dS = P (dP - rowsum(dP P)); zero on blocked positions
+    and on rows with a fixed fill) with one more factor for the softcap: the final score is
+    ``c tanh(s / c)`` of the scaled product ``s``, so dS reaches the product scaled by its derivative
+    ``1 - tanh(s / c)^2`` (in (0, 1]: a capped score passes less gradient). Window, ALiBi and the
+    lengths do not depend on Q and K and enter only through P and the blocked set. Tested against
+    finite differences of a per-query loop (tests/test_oracle_variants.py).
+    """
+    fwd = forward(case, all_blocked=all_blocked, causal_alignment=causal_alignment)
+    q = np.asarray(case.query).astype(np.float64)
+    ke = expand_kv(np.asarray(case.key).astype(np.float64), case.Hq)
+    ve = expand_kv(np.asarray(case.value).astype(np.float64), case.Hq)
+    do = np.asarray(grad_out).astype(np.float64)
+    p = fwd.weights
+    dv_e = np.einsum("bhts,bhtd->bhsd", p, do)
+    dp = np.einsum("bhtd,bhsd->bhts", do, ve)
+    ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True))
+    ds = np.where(fwd.blocked | fwd.all_blocked[..., None], 0.0, ds)
+    scale = case.effective_scale
+    if case.softcap:
+        c = float(case.softcap)
+        ds = ds * (1.0 - np.tanh(np.einsum("bhtd,bhsd->bhts", q, ke) * scale / c) ** 2)
+    dq = np.einsum("bhts,bhsd->bhtd", ds, ke) * scale
+    dk_e = np.einsum("bhts,bhtd->bhsd", ds, q) * scale
+    g = case.Hq // case.Hkv
+
+    def fold(x: np.ndarray) -> np.ndarray:  # sum the query heads that share a kv head
+        b, _, n, d = x.shape
+        return x.reshape(b, case.Hkv, g, n, d).sum(axis=2)
+
+    return dq, fold(dk_e), fold(dv_e)
+
+
 def lower(case: Case, causal_alignment: str = "top-left") -> Case:
     """A base case (no window, softcap or ALiBi) whose float64 meaning is that of ``case``.
 

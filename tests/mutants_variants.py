@@ -7,7 +7,8 @@ one of the correct kernels of tests/test_clauses_bite.py); each mutant overrides
 from the issue: windows off by one, passed as (w, w), top-left aligned, or dropping causal; softcap
 as s·tanh(s), before the scale, without the factor c, or after ALiBi; ALiBi slopes recomputed for a
 power of two, read per kv head, per first batch, without the absolute value, or top-left; the lse in
-base 2, 0 on empty rows, without the scale, or in kv-major head order under GQA; variable-length
+base 2, 0 on empty rows, without the scale, or in kv-major head order under GQA; the softcap's backward
+without its derivative or with tanh(s) for tanh(s/c); variable-length
 sequences positioned by the batch's longest lengths, or reading keys past their own end.
 """
 
@@ -17,7 +18,7 @@ import math
 
 import numpy as np
 
-from conformance.contract import Case
+from conformance.contract import Case, np_dtype
 from tests.mutants import BaseKernel, mutant
 
 
@@ -38,7 +39,7 @@ class VariantKernel(BaseKernel):
             kv_lengths=True,
             paged_kv=True,
             kv_append=True,
-            grad=False,
+            grad=True,
             notes="self-test kernel with FlashAttention's variants",
         )
 
@@ -141,6 +142,35 @@ class VariantKernel(BaseKernel):
     def forward_with_lse(self, case: Case):
         return self.forward(case), self.lse(case).astype(self.work(case))  # float32, float64 for float64
 
+    # -- backward ----------------------------------------------------------------------------------
+    def cap_grad(self, s: np.ndarray, c: float) -> np.ndarray:
+        """d(c tanh(s/c))/ds = 1 - tanh(s/c)^2, on the scaled product s."""
+        return 1.0 - np.tanh(s / c) ** 2
+
+    def vjp(self, case: Case, grad_out: np.ndarray):
+        """The base kernel's backward over this kernel's weights, dS scaled by the softcap's derivative."""
+        self.validate(case)
+        q, k, v = self.operands(case)
+        w = self.work(case)
+        with np.errstate(invalid="ignore", over="ignore"):
+            p = self.weights(case)
+        do = grad_out.astype(w)
+        dp = do @ np.swapaxes(v, -1, -2)
+        ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True))
+        scale = w(self.scale(case))
+        if case.softcap:
+            ds = ds * self.cap_grad(self.raw_scores(case, q, k, v) * scale, w(case.softcap)).astype(w)
+        dq = ds @ k * scale
+        dk = np.swapaxes(ds, -1, -2) @ q * scale
+        dv = np.swapaxes(p, -1, -2) @ do
+        g = case.Hq // case.Hkv
+
+        def fold(x):
+            return x.reshape(case.B, case.Hkv, g, *x.shape[2:]).sum(axis=2)
+
+        low = np_dtype(case.dtype)
+        return dq.astype(low), fold(dk).astype(low), fold(dv).astype(low)
+
 
 MUTANT_BASE = VariantKernel
 
@@ -218,6 +248,22 @@ class SoftcapWithoutC(VariantKernel):
 
     def cap(self, s, c):
         return np.tanh(s / c)
+
+
+@mutant("softcap_grad_no_derivative")
+class SoftcapGradNoDerivative(VariantKernel):
+    """The backward treats the softcap as a constant shift (dS passed on as if the cap were the identity)."""
+
+    def cap_grad(self, s, c):
+        return np.ones_like(s)
+
+
+@mutant("softcap_grad_without_c")
+class SoftcapGradWithoutC(VariantKernel):
+    """The backward's derivative forgets the division by c: 1 - tanh(s)^2."""
+
+    def cap_grad(self, s, c):
+        return 1.0 - np.tanh(s) ** 2
 
 
 @mutant("softcap_after_alibi")
