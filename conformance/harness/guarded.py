@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from conformance.contract import Case, Declaration, NotApplicable, np_dtype
-from conformance.harness import coverage
+from conformance.harness import cells as space_cells
 from conformance.harness.report import AdapterError, ClauseViolation
 from conformance.harness.runstate import DEFAULT_CALL_TIMEOUT
 
@@ -113,7 +113,7 @@ class GuardedAdapter:
         self.cases_run = 0  # kernel calls that returned
         self.refused: list[str] = []  # cases refused although the declaration covers them
         self.examples_run = 0  # hypothesis examples that reached the kernel
-        self.cells: Counter[str] = Counter()  # case-space cells reached (harness.coverage)
+        self.cells: Counter[str] = Counter()  # case-space cells reached (harness.cells)
         self._last_example: Any = None
 
     def _count_example(self) -> None:
@@ -187,7 +187,7 @@ class GuardedAdapter:
             if not same:
                 raise AdapterError(f"{self.name}.{what} modified its input {name!r} in place", case)
         self.cases_run += 1
-        self.cells.update(coverage.cells_of(case))
+        self.cells.update(space_cells.cells_of(case))
         return result, [a for _, a in inputs]
 
     def _check_array(self, arr: Any, what: str, shape: tuple, case: Case, inputs: list) -> np.ndarray:
