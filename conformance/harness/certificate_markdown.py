@@ -10,7 +10,6 @@ from typing import Any
 
 from conformance.contract import DTYPES
 from conformance.harness import coverage as space_coverage
-from conformance.harness import perf
 
 # -- one certificate ----------------------------------------------------------------------------------
 OUTCOME_CELL: dict[str, str] = {
@@ -91,7 +90,7 @@ def render_markdown(doc: dict) -> str:
                     out.append("Environment changes since the recording: " + "; ".join(b["environment_changes"]))
                 for p in b.get("problems", []):
                     out.append("\n```\n" + p + "\n```")
-        out += perf.markdown_lines(a.get("perf"))
+        out += perf_lines(a.get("perf"))
         out.append("\n## Failures\n")
         if not a["failures"]:
             out.append("None.")
@@ -137,3 +136,23 @@ def render_compare(cols: list[tuple[str, dict, dict]]) -> str:
         "rules the clause out (reasons in each certificate); -: not in that certificate.\n"
     )
     return "\n".join(lines) + "\n" + legend
+
+
+def perf_lines(section: dict | None) -> list[str]:
+    """The Markdown certificate's lines for this run's performance data (empty when there is none)."""
+    if not section:
+        return []
+    from conformance.harness import perf_report
+
+    lines = perf_report.summary_lines(section)
+    if not lines:
+        return []
+    out = ["\n## Performance and engineering claims\n"]
+    out += [f"- {line}" for line in lines]
+    ratios = section.get("error_ratios") or {}
+    if ratios:
+        worst = sorted(((max(v.values()), cid) for cid, v in ratios.items() if v), reverse=True)[:5]
+        out.append(
+            "- closest to the allowance (worst |error| / allowed): " + ", ".join(f"{c} {r:.2g}" for r, c in worst)
+        )
+    return out

@@ -17,7 +17,9 @@ It also keeps, for the certificate (harness.certificate_html), the clauses' meas
 worst error / allowance ratio of every clause test (harness.perf_errors), whenever
 ``--certificate`` or ``--perf-report`` is given. Data travel on each test report's
 ``user_properties``, so they reach the controller under pytest-xdist too. Imports nothing heavy at
-module level: the plugin loads for every pytest run.
+module level: the plugin loads for every pytest run. Longer than most modules because it is one
+sub-plugin, whose hooks (options, items, measurements, report) share its stash keys and must be one
+registered object; the grid, worker, timing, memory, charts and report live in the other perf_* modules.
 """
 
 from __future__ import annotations
@@ -317,23 +319,3 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     written = config.stash.get(_WRITTEN, None)
     if written:
         tr.write_line("perf report written: " + ", ".join(str(p) for p in written))
-
-
-def markdown_lines(section: dict | None) -> list[str]:
-    """The Markdown certificate's lines for this run's performance data (empty when there is none)."""
-    if not section:
-        return []
-    from conformance.harness import perf_report
-
-    lines = perf_report.summary_lines(section)
-    if not lines:
-        return []
-    out = ["\n## Performance and engineering claims\n"]
-    out += [f"- {line}" for line in lines]
-    ratios = section.get("error_ratios") or {}
-    if ratios:
-        worst = sorted(((max(v.values()), cid) for cid, v in ratios.items() if v), reverse=True)[:5]
-        out.append(
-            "- closest to the allowance (worst |error| / allowed): " + ", ".join(f"{c} {r:.2g}" for r, c in worst)
-        )
-    return out
