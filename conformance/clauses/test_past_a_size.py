@@ -1,0 +1,159 @@
+"""Bugs that fire only past a size: head dims past 128, masks past a workspace, causal over many tiles,
+a row's maximum in a late key tile, batches of more than 8 sequences, long decode histories, and a
+backward tiled over keys.
+
+Kernels change code path with size: a second head-dim tile, a streaming path once T x S outgrows a
+workspace, tile skipping under is_causal once there is more than one tile, split-KV for long decode,
+a launch grid over (batch, head) programs. Each path is right on the small shapes a casual test
+tries and wrong past its threshold; the held-out mutants in ``tests/mutants_heldout.py`` are such
+kernels, and no other clause reached their thresholds when these were written. Every case here is
+small in the other dimensions (B = H = 1, a few query rows, narrow heads) so that the whole module
+stays cheap in the ci profile, and uses only a few distinct shapes (each is a compilation for a
+jitted kernel).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from conformance.contract import Case
+from conformance.harness import compare
+from conformance.harness.cases import cast, random_case, random_mask, rng_for
+from conformance.harness.clause import Source, clause
+from conformance.harness.guarded import GuardedAdapter
+
+CHECK_AT_SIZES = Source(
+    "003", "工程实现", "验证时应固定 B、h、T_q、T_k、d、dtype、is_causal，分别检查输出容差、反向梯度、峰值显存和延迟。"
+)
+TILED = Source(
+    "000",
+    "§11 计算复杂度",
+    "FlashAttention 等实现通过分块和融合避免完整存储注意力矩阵，不能把这里的显存结论套用于所有后端。",
+)
+ONLINE = Source("003", "逐步推导", "FlashAttention 通过重计算和在线归一化避免保存完整矩阵。")
+PADDING = Source("000", "§7.1 Padding Mask", "这些填充位置没有语义，不应被其他 Query 读取。")
+DECODE = Source("003", "输入与输出", "自回归 Decode 的单步查询通常 T_q=1，而 T_k 随历史长度增长。")
+
+
+def _run_supported(impl: GuardedAdapter, cases: list[Case]) -> None:
+    """Compare every case the kernel declares it supports; not applicable only if none is."""
+    ran = [c for c in cases if impl.supports(c)]
+    if not ran:
+        impl.not_applicable("; ".join(impl.declaration.not_supported_reasons(cases[0])))
+    for case in ran:
+        compare.assert_output_matches(impl, case)
+
+
+def _padding(lengths: list[int], S: int) -> np.ndarray:
+    """[B, 1, 1, S] key padding mask (True = blocked) from each sequence's length."""
+    return (np.arange(S)[None, :] >= np.asarray(lengths)[:, None])[:, None, None, :]
+
+
+@clause(
+    "SIZE-HEAD-DIM-01",
+    "head dims past 128 (256, and Dk = 192 != Dv = 136), up to the declared max_head_dim, give the oracle's output: "
+    "every output column and every part of the dot product counts, scaled once",
+    CHECK_AT_SIZES,
+    kills=["head_dim_over_128_truncated", "qk_split_over_128_unscaled"],
+)
+def test_head_dims_past_128(impl, dtype):
+    dims = ((256, 256), (192, 136))  # one Dk == Dv shape for kernels that need it; each is a compilation
+    cases = [
+        random_case(900 + i, B=1, Hq=2, T=3, S=9, Dk=Dk, Dv=Dv, dtype=dtype, label=f"Dk={Dk} Dv={Dv}")
+        for i, (Dk, Dv) in enumerate(dims)
+    ]
+    _run_supported(impl, cases)
+
+
+@clause(
+    "SIZE-MASK-TILES-02",
+    "a boolean mask is applied when T x S is past 2**16 (a streaming path), and is_causal blocks exactly the "
+    "future over many key tiles (T = S = 260)",
+    TILED,
+    kills=["mask_ignored_past_workspace", "causal_skips_diagonal_tile"],
+)
+def test_mask_and_causal_over_many_tiles(impl, dtype):
+    T = S = 260  # T x S = 67600 > 2**16 (2**20 would cost ~1.5 s per dtype and adapter)
+    big = random_case(910, B=1, Hq=1, T=T, S=S, Dk=4, dtype=dtype, label="boolean mask, T x S past 2**16")
+    cases = [
+        big.replace(mask=random_mask(910, (1, 1, T, S), p_blocked=0.5)),
+        random_case(911, B=1, Hq=1, T=T, S=S, Dk=4, dtype=dtype, is_causal=True, label="causal T = S = 260"),
+    ]
+    _run_supported(impl, cases)
+
+
+def _late_maximum(dtype: str, seed: int = 920) -> Case:
+    """T = 64, S = 300: every query's largest score (about +110 after scaling) sits at key 290, in a
+    late key tile, far above the first tiles' scores (about +-5); a second large score at key 150."""
+    rng = rng_for(seed)
+    T, S, D = 64, 300, 8
+    q = rng.standard_normal((1, 1, T, D))
+    q[..., 0] = 4.0 + 0.25 * rng.standard_normal(T)
+    k = rng.standard_normal((1, 1, S, D))
+    k[..., 290, 0] = 78.0
+    k[..., 150, 0] = 70.0
+    v = rng.standard_normal((1, 1, S, D))
+    return Case(
+        cast(q, dtype), cast(k, dtype), cast(v, dtype), seed=seed, label="row maximum at key 290 of 300, ~110 above"
+    )
+
+
+@clause(
+    "SIZE-ONLINE-MAX-03",
+    "a row whose maximum score lies in a late key tile (key 290 of 300), ~110 above the first tiles' scores, "
+    "gives the oracle's finite output: the running maximum and the running sum are both updated",
+    ONLINE,
+    kills=["row_max_from_first_tile@float32", "online_rescale_missed_after_256@float32"],
+)
+def test_late_row_maximum(impl, dtype):
+    _run_supported(impl, [_late_maximum(dtype)])
+
+
+@clause(
+    "SIZE-BATCH-04",
+    "a batch of 12 sequences with 6 heads (72 (batch, head) programs) and a [B,1,1,S] key padding mask of each "
+    "sequence's own length gives the oracle's output for every sequence and head",
+    PADDING,
+    kills=["padding_mask_batch_past_8", "grid_wraps_past_64_programs"],
+)
+def test_many_sequences(impl, dtype):
+    lengths = [10, 1, 7, 3, 9, 2, 8, 4, 6, 5, 1, 10][::-1]  # items 8.. differ from items 0..
+    case = random_case(930, B=12, Hq=6, T=2, S=10, Dk=8, dtype=dtype, label="B = 12, H = 6, padding per sequence")
+    _run_supported(impl, [case.replace(mask=_padding(lengths, 10))])
+
+
+@clause(
+    "SIZE-DECODE-05",
+    "decode (T = 1) against long key histories (S = 600, 2100), padded per sequence and with grouped heads: "
+    "the single query's output is the oracle's (split-KV parts weighted by their share of the exp-sum)",
+    DECODE,
+    kills=["decode_split_kv_equal_weights@float32"],
+)
+def test_long_decode(impl, dtype):
+    S = 600
+    padded = random_case(940, B=3, Hq=2, T=1, S=S, Dk=8, dtype=dtype, magnitude=2.0, label="decode, S = 600 padded")
+    cases = [
+        padded.replace(mask=_padding([S, 301, 17], S)),
+        random_case(941, B=1, Hq=4, Hkv=2, T=1, S=2100, Dk=8, dtype=dtype, magnitude=2.0, label="decode GQA, S = 2100"),
+    ]
+    _run_supported(impl, cases)
+
+
+@clause(
+    "SIZE-GRAD-06",
+    "dQ, dK and dV match the oracle's VJP past query and key tile boundaries (T = 70, S = 129) and over 24 (batch, head) programs",
+    CHECK_AT_SIZES,
+    requires=["grad"],
+    kills=["grad_tiled_drops_key_tail", "grad_grid_wraps_past_16"],
+)
+def test_backward_past_a_size(impl, dtype):
+    cases = [
+        random_case(951, B=1, Hq=2, T=70, S=129, Dk=8, dtype=dtype, label="backward, T = 70, S = 129"),
+        random_case(952, B=3, Hq=8, T=2, S=9, Dk=8, dtype=dtype, label="backward, B x H = 24"),
+    ]
+    ran = [c for c in cases if impl.supports(c)]
+    if not ran:
+        impl.not_applicable("; ".join(impl.declaration.not_supported_reasons(cases[0])))
+    for i, case in enumerate(ran):
+        grad_out = cast(rng_for(960 + i).standard_normal(case.out_shape), dtype)
+        compare.assert_vjp_matches(impl, case, grad_out)
