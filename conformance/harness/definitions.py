@@ -10,6 +10,9 @@ quote occurs verbatim (whitespace-normalised) in the excerpt stored here and now
 The excerpts are copied unchanged from Dao-AILab/flash-attention (BSD-3-Clause, "Copyright (c) 2022,
 the respective contributors"), at the commit named in each :class:`Document`; quoting them is what
 lets a reader check the clause against the source.
+
+Long because most of it is verbatim quoted text (the excerpts a clause cites), which cannot be
+shortened without ceasing to be a quotation; the code is the two small classes above them.
 """
 
 from __future__ import annotations

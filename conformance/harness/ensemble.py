@@ -31,6 +31,9 @@ model (``harness.tolerance``); the first-order bound is the other. The members a
 allowances, never as an expected value: the oracle (``conformance.oracle``) stays the one source of
 truth. Everything is vectorised over [B, H, T, S]; online and split members loop over key blocks
 only, with block sizes scaled up for long sequences so that a case costs milliseconds.
+
+Long because it is one job, the list of member formulations, each a few lines that must sit side
+by side to be compared; splitting them would only scatter the list.
 """
 
 from __future__ import annotations

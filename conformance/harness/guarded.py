@@ -8,6 +8,9 @@ undeclared refusal would let a kernel pass by declining what it gets wrong; coun
 ran (the verdict's case coverage); runs the adapter under a per-call timeout; turns an exception
 into a failure naming the exception; checks the result's type, shape and dtype; and checks that
 the inputs were not modified and that the result is not a view of them.
+
+Long because it is one class whose every check wraps the same call; the undeclared-refusal hint
+(:func:`declarations_ruling_out`) and the timeout are the only helpers, and live beside it.
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ external reference (no fonts, scripts or stylesheets to fetch), and the suite mu
 plotting library for them. Two kinds are needed: latency and memory against S (log-log lines,
 several series, some dashed) and error / allowance per clause (grouped horizontal bars on a log
 axis). Every chart carries a title, labelled axes with decade ticks, and a legend.
+
+Slightly over the usual length because it is one job, drawing the two chart kinds from the same
+scales, ticks and legend helpers.
 """
 
 from __future__ import annotations

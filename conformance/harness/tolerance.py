@@ -65,6 +65,9 @@ Constants and why:
   so a kernel that reorders or tiles its sums differently stays inside it; docs/tolerance.md
   (scripts/tolerance_report.py) measures the honest error of every zoo kernel and built-in adapter
   against it (ratio < 1 everywhere) and shows the uniform deviations it sees.
+
+Long because it is one derivation: the bound's forward, weights and gradient parts share the
+precisions and row model defined at the top, and read as one argument with the docstring above.
 """
 
 from __future__ import annotations
