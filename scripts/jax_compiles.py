@@ -93,7 +93,11 @@ def main(argv: list[str]) -> int:
 
     counter = CompileCounter()
     t0 = time.perf_counter()
-    rc = pytest.main(args, plugins=[counter])
+    try:
+        rc = pytest.main(args, plugins=[counter])
+    except Exception as exc:  # noqa: BLE001 - e.g. a clause module half-written by someone else: keep the counts
+        print(f"pytest raised {type(exc).__name__}: {exc}", file=sys.stderr)
+        rc = 3
     wall = time.perf_counter() - t0
 
     per_fn: collections.Counter[str] = collections.Counter()

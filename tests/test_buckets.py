@@ -70,7 +70,8 @@ def test_dims_refuses_sizes_outside_the_class():
         buckets.dims(_adapter(True), "decode", B=1, Hq=4, Hkv=2, T=1, S=4, Dk=8)  # GQA: not in the palette
 
 
-# (clause, mutant) pairs of the clauses that spread their shapes; each mutant is one the clause claims.
+# (clause, mutant) pairs of the clauses that spread their shapes or take the palette's; each mutant is
+# one the clause claims.
 SPREAD_KILLS = [
     ("XATTN-SHAPES-01", "kv_truncated_to_query_length"),
     ("XATTN-TILE-TAILS-02", "drop_key_tail_tile32"),
@@ -84,6 +85,16 @@ SPREAD_KILLS = [
     ("CAUSAL-WITH-MASK-ARGS-05", "mask_ignored_when_causal"),
     ("GQA-MAP-01", "gqa_wrong_mapping"),
     ("GQA-EXPAND-02", "gqa_first_kv_head_only"),
+    ("GRAD-VJP-01", "grad_no_softmax_row_term"),
+    ("GRAD-VJP-01", "grad_dq_missing_scale"),
+    ("SCALE-EQUIV-04", "scale_zero_means_default"),
+    ("SCALE-EQUIV-04", "custom_scale_times_default"),
+    # clauses on the palette's shapes (buckets.dims)
+    ("SOFTMAX-AXIS-01", "softmax_query_axis"),
+    ("SELF-CONSISTENT-01", "stale_result_cache"),
+    ("SELF-CONSISTENT-01", "reused_accumulator"),
+    ("INPUTS-LAYOUT-02", "assumes_c_contiguous"),
+    ("SCALE-CUSTOM-03", "ignore_custom_scale"),
 ]
 
 

@@ -11,7 +11,7 @@ The default scale is checked the same way at Dk = 16, where 1/sqrt(Dk) = 1/4 is 
 from __future__ import annotations
 
 from conformance.contract import Case
-from conformance.harness import compare
+from conformance.harness import buckets, compare
 from conformance.harness.cases import random_case
 from conformance.harness.clause import Source, clause
 
@@ -33,7 +33,7 @@ def _prescaled(case: Case, factor: float) -> Case:
 )
 def test_scale_moves_onto_query(impl, dtype):
     base = random_case(500, B=2, Hq=2, T=4, S=6, Dk=16, Dv=16, dtype=dtype, magnitude=1.5)
-    for s in (0.25, 2.0, 0.0):
+    for s in buckets.spread(impl, dtype, (0.25, 2.0, 0.0)):  # compiling per shape: one s per dtype (ci)
         case = base.replace(scale=s, label=f"scale={s:g}")
         impl.require(case)
         compare.assert_equivalent(impl, case, _prescaled(base, s), WHY)

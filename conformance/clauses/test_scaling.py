@@ -17,7 +17,7 @@ from statistics import NormalDist
 import numpy as np
 
 from conformance.contract import Case
-from conformance.harness import compare
+from conformance.harness import buckets, compare
 from conformance.harness.cases import cast, random_case, rng_for
 from conformance.harness.clause import Source, clause
 from conformance.harness.probes import observe_weights
@@ -112,6 +112,7 @@ def test_default_scale_uses_dk(impl, dtype):
 )
 def test_custom_scale_honoured(impl, dtype):
     for seed, scale in ((90, 0.9), (91, 0.05)):
-        case = random_case(seed, B=1, Hq=2, T=4, S=6, Dk=8, Dv=8, dtype=dtype, scale=scale, magnitude=1.5)
+        shape = buckets.dims(impl, "cross", B=1, Hq=2, T=4, S=6, Dk=8)  # the palette's, if compiling per shape
+        case = random_case(seed, dtype=dtype, scale=scale, magnitude=1.5, **shape)
         impl.require(case)
         compare.assert_output_matches(impl, case)
