@@ -24,8 +24,31 @@ SEEDS = {
 SENTENCE_JOINER = " \u2026 "  # " … " between the sentences of a multi-sentence citation
 
 
+class Quotation:
+    """What a seed :class:`Source` and a variant's ``definitions.Definition`` share: ``sentence``, one
+    verbatim quote or a tuple of them (a list is frozen into a tuple), shown joined by " … "."""
+
+    sentence: str | tuple[str, ...]
+
+    def _freeze_sentences(self, who: str) -> None:
+        if not isinstance(self.sentence, str):
+            object.__setattr__(self, "sentence", tuple(self.sentence))
+        if not self.sentences or not all(isinstance(s, str) and s.strip() for s in self.sentences):
+            raise ValueError(f"{who}: every quoted sentence must be a non-empty str")
+
+    @property
+    def sentences(self) -> tuple[str, ...]:
+        """The quoted sentences, one or more, each verbatim from its document."""
+        return (self.sentence,) if isinstance(self.sentence, str) else tuple(self.sentence)
+
+    @property
+    def text(self) -> str:
+        """The quotation as shown to people: the sentences joined by " … "."""
+        return SENTENCE_JOINER.join(self.sentences)
+
+
 @dataclass(frozen=True)
-class Source:
+class Source(Quotation):
     """Where a clause comes from: a seed article section and the sentence itself (verbatim).
 
     ``sentence`` is one verbatim quote, or a tuple of quotes from the same section when the clause
@@ -40,24 +63,11 @@ class Source:
     sentence: str | tuple[str, ...]
 
     def __post_init__(self) -> None:
-        if not isinstance(self.sentence, str):  # a list is accepted and frozen into a tuple
-            object.__setattr__(self, "sentence", tuple(self.sentence))
-        if not self.sentences or not all(isinstance(s, str) and s.strip() for s in self.sentences):
-            raise ValueError(f"Source({self.seed!r}, {self.section!r}): every quoted sentence must be a non-empty str")
+        self._freeze_sentences(f"Source({self.seed!r}, {self.section!r})")
 
     @property
     def file(self) -> str:
         return SEEDS.get(self.seed, self.seed)
-
-    @property
-    def sentences(self) -> tuple[str, ...]:
-        """The quoted sentences, one or more, each verbatim from the seed."""
-        return (self.sentence,) if isinstance(self.sentence, str) else tuple(self.sentence)
-
-    @property
-    def text(self) -> str:
-        """The quotation as shown to people: the sentences joined by " … "."""
-        return SENTENCE_JOINER.join(self.sentences)
 
     def cite(self) -> str:
         return f"{self.file} {self.section}: \u201c{self.text}\u201d"

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from conformance.harness.clause import Quotation
+
 SEED_KEY = "def"  # what a Definition answers for ``.seed``: no seed file has this key
 
 
@@ -286,7 +288,7 @@ DOCUMENTS: dict[str, Document] = {
 
 
 @dataclass(frozen=True)
-class Definition:
+class Definition(Quotation):
     """A clause's authority from a variant's own definition: ``document`` (a key of DOCUMENTS), a
     label of the place in it, and one or more verbatim quotes from it."""
 
@@ -297,10 +299,7 @@ class Definition:
     def __post_init__(self) -> None:
         if self.document not in DOCUMENTS:
             raise ValueError(f"unknown definition document {self.document!r}; known: {', '.join(DOCUMENTS)}")
-        if not isinstance(self.sentence, str):
-            object.__setattr__(self, "sentence", tuple(self.sentence))
-        if not self.sentences or not all(isinstance(s, str) and s.strip() for s in self.sentences):
-            raise ValueError(f"Definition({self.document!r}, {self.section!r}): every quote must be a non-empty str")
+        self._freeze_sentences(f"Definition({self.document!r}, {self.section!r})")
 
     seed = SEED_KEY
     is_seed = False
@@ -312,14 +311,6 @@ class Definition:
     @property
     def file(self) -> str:
         return f"definition (not the seed): {self.source_document.where}"
-
-    @property
-    def sentences(self) -> tuple[str, ...]:
-        return (self.sentence,) if isinstance(self.sentence, str) else tuple(self.sentence)
-
-    @property
-    def text(self) -> str:
-        return " \u2026 ".join(self.sentences)
 
     def cite(self) -> str:
         return f"{self.file} ({self.section}): \u201c{self.text}\u201d"
