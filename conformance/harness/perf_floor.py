@@ -46,8 +46,7 @@ def numpy_floor(row: Row) -> tuple[Callable[[], Any], str]:
 def torch_floor(row: Row, device: str) -> tuple[Callable[[], Any], str]:
     import torch
 
-    dt = {"float64": torch.float64, "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-    dtype = dt[row.dtype]
+    dtype = getattr(torch, row.dtype)  # the contract's dtype names are torch's
     qs, ks, vs = _shapes(row)
     gen = torch.Generator(device="cpu").manual_seed(0)
     q, kt, v = (torch.randn(s, generator=gen).to(device=device, dtype=dtype) for s in (qs, ks, vs))
