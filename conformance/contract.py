@@ -157,6 +157,9 @@ class Case:
     seqlens_q: np.ndarray | None = None
     seqlens_k: np.ndarray | None = None
     kv_form: CacheForm | None = None  # the form a KV-cache kernel receives the keys in (no change of meaning)
+    # Attention sinks (gpt-oss, FlashInfer ``sinks``): one learned logit per query head, [Hq], that
+    # joins every row's softmax as a key with no value: weights exp(s_j) / (exp(sink_h) + sum_k exp(s_k)).
+    sinks: np.ndarray | None = None
 
     @property
     def dtype(self) -> str:
@@ -192,8 +195,14 @@ class Case:
 
     @property
     def has_variant(self) -> bool:
-        """True when the case uses a window, softcap, ALiBi or variable lengths (the seed's SDPA has none)."""
-        return self.window is not None or bool(self.softcap) or self.alibi_slopes is not None or self.is_varlen
+        """True when the case uses a window, softcap, ALiBi, sinks or variable lengths (the seed's SDPA has none)."""
+        return (
+            self.window is not None
+            or bool(self.softcap)
+            or self.alibi_slopes is not None
+            or self.sinks is not None
+            or self.is_varlen
+        )
 
     @property
     def is_varlen(self) -> bool:
@@ -242,6 +251,8 @@ class Case:
         if self.alibi_slopes is not None:
             slopes = np.asarray(self.alibi_slopes)
             parts.append(f"alibi_slopes{list(slopes.shape)}")
+        if self.sinks is not None:
+            parts.append(f"sinks{list(np.shape(self.sinks))}")
         if self.seqlens_q is not None:
             parts.append(f"seqlens_q={np.asarray(self.seqlens_q).tolist()}")
         if self.seqlens_k is not None:
@@ -308,6 +319,8 @@ class Declaration:
     # slot of the padded key axis, past-the-end padding included (a padded-form kernel that masks
     # padding with the same large negative number as blocked keys: jax.nn.dot_product_attention).
     mean_v_keys: MeanVKeys = "sequence"
+    # Attention sinks (Case.sinks): a per-query-head logit in every row's softmax denominator.
+    sinks: bool = False
     # KV caches (flash_attn_with_kvcache): per-sequence key lengths with dense queries (cache_seqlens),
     # paged caches with a block table (page sizes a multiple of ``page_size_multiple``; FlashAttention
     # 2: 256), and new keys appended to the cache by the kernel (Case.kv_form says which form a case uses).
@@ -427,6 +440,8 @@ class Declaration:
             reasons.append("declares no softcap support")
         if case.alibi_slopes is not None and not self.alibi:
             reasons.append("declares no ALiBi support")
+        if case.sinks is not None and not self.sinks:
+            reasons.append("declares no attention sinks (sinks)")
         if case.seqlens_q is not None and not self.varlen:
             reasons.append("declares no variable-length query sequences (varlen)")
         if case.seqlens_k is not None and not (self.varlen or self.kv_lengths):

@@ -155,19 +155,37 @@ def scores(case: Case, causal_alignment: str = "top-left") -> tuple[np.ndarray, 
     return s + bias, blocked
 
 
+def sinks_for(case: Case) -> np.ndarray:
+    """[B, Hq, T] float64: each query head's sink logit on every row (``Case.sinks`` is [Hq])."""
+    sk = np.asarray(case.sinks, dtype=np.float64)
+    if sk.shape != (case.Hq,):
+        raise ValueError(f"sinks of shape {list(sk.shape)}; expected [{case.Hq}] (one logit per query head)")
+    return np.broadcast_to(sk[None, :, None], (case.B, case.Hq, case.T))
+
+
 def forward(case: Case, *, all_blocked: str = "zeros", causal_alignment: str = "top-left") -> VariantForward:
     """The float64 forward of a variant case (a base case gives the base oracle's answer).
 
     Padded query rows (variable lengths) are all-blocked but not the kernel's to fill: their output
     and weights are 0 and their lse -inf whatever the all-blocked policy. The ``mean-v`` fill of an
     empty row of a sequence averages that sequence's own keys; ``mean-v-buffer`` (a kernel declaring
-    ``mean_v_keys="buffer"``) every slot of the padded key axis, as the lowered base case does."""
+    ``mean_v_keys="buffer"``) every slot of the padded key axis, as the lowered base case does.
+    With sinks (``Case.sinks``, gpt-oss) every row's denominator has ``exp(sink_h)`` more, its
+    weights sum to less than 1, its lse includes the sink, and a row that sees no key has weights 0
+    and output 0 (the sink takes all of it): no all-blocked fill applies."""
     s, blocked = scores(case, causal_alignment)
     s = np.where(blocked, -np.inf, s)
     empty = blocked.all(axis=-1)
     row_max = np.where(empty, 0.0, s.max(axis=-1, initial=-np.inf))
+    sink = None
+    if case.sinks is not None:  # a key with logit sink_h and no value: in the denominator only
+        sink = sinks_for(case)
+        empty = np.zeros_like(empty)  # every row sees its sink: no fill applies, a keyless row gives 0
+        row_max = np.maximum(row_max, sink)
     e = np.exp(s - row_max[..., None])
     denom = e.sum(axis=-1)
+    if sink is not None:
+        denom = denom + np.exp(sink - row_max)
     weights = np.divide(e, denom[..., None], out=np.zeros_like(e), where=denom[..., None] > 0)
     if all_blocked == "nan":
         weights[empty] = np.nan
@@ -232,7 +250,8 @@ def lower(case: Case, causal_alignment: str = "top-left") -> Case:
     score (``c tanh(s/c) - s``, computed from the rounded inputs in float64) an additive bias. Where
     the case had only an additive bias, blocked positions are written into it as ``-inf`` so that a
     kernel's declared fill for bias-emptied rows still applies. Only the harness's allowances use
-    this; expected values come from :func:`forward`.
+    this; expected values come from :func:`forward`. Sinks become one more key (zero key and value,
+    the sink as its bias), so a lowered sink case has S + 1 keys and the same output.
     """
     if not case.has_variant:
         return case
@@ -243,7 +262,27 @@ def lower(case: Case, causal_alignment: str = "top-left") -> Case:
     bias = final - plain
     if case.bias is None and not case.softcap and case.alibi_slopes is None:
         bias = None  # a window alone changes only what is blocked
-    base = dict(window=None, softcap=None, alibi_slopes=None, is_causal=False, seqlens_q=None, seqlens_k=None)
+    base = dict(window=None, softcap=None, alibi_slopes=None, sinks=None, is_causal=False)
+    base.update(seqlens_q=None, seqlens_k=None)
     if case.mask is None and case.bias is not None:
-        return case.replace(bias=np.where(blocked, -np.inf, bias), **base)
-    return case.replace(mask=blocked, bias=bias, **base)
+        low = case.replace(bias=np.where(blocked, -np.inf, bias), **base)
+    else:
+        low = case.replace(mask=blocked, bias=bias, **base)
+    return low if case.sinks is None else _sink_as_key(low, case)
+
+
+def _sink_as_key(low: Case, case: Case) -> Case:
+    """``low`` with one more key, S: a zero key and a zero value (q.k = 0, nothing added to the
+    output) whose additive bias is the head's sink logit, visible to every row."""
+    B, Hq, T, S = case.B, case.Hq, case.T, case.S
+
+    def extend(x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x)
+        return np.concatenate([x, np.zeros(x.shape[:2] + (1, x.shape[3]), dtype=x.dtype)], axis=2)
+
+    bias = np.zeros((B, Hq, T, S)) if low.bias is None else np.broadcast_to(low.bias, (B, Hq, T, S))
+    bias = np.concatenate([bias, sinks_for(case)[..., None]], axis=-1)
+    mask = low.mask
+    if mask is not None:
+        mask = np.concatenate([np.broadcast_to(mask, (B, Hq, T, S)), np.zeros((B, Hq, T, 1), dtype=bool)], axis=-1)
+    return low.replace(key=extend(low.key), value=extend(low.value), bias=bias, mask=mask)

@@ -104,6 +104,9 @@ class FlashAttnFunctionAdapter(TorchFunctionAdapter):
         if case.alibi_slopes is not None:
             slopes = np.asarray(case.alibi_slopes, dtype=np.float32)
             kwargs["alibi_slopes"] = torch.from_numpy(slopes.copy()).to(self.device)
+        if case.sinks is not None:  # not FA2's: FlashInfer's / FA3's name, passed only when a case has sinks
+            sinks = np.asarray(case.sinks, dtype=np.float32)
+            kwargs["sinks"] = torch.from_numpy(sinks.copy()).to(self.device)
         if want_lse:
             kwargs["return_attn_probs"] = True
         return kwargs

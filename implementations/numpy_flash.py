@@ -13,7 +13,8 @@ half-precision inputs and float64 for float64; probabilities are rounded to the 
 It takes torch tensors (what the flash-attn adapter and FlashAttention itself pass) or NumPy arrays,
 and answers in the same kind; with ``return_attn_probs=True`` it returns ``(out, softmax_lse, None)``
 (no probabilities), lse ``[B, H, T]`` in float32 (float64 for float64 inputs), ``-inf`` on rows that
-see no key. It has no dropout and no backward: certify it with ``--declare grad=false``, as the
+see no key. It takes attention ``sinks`` [H] too (FlashInfer's / FA3's argument, not FA2's) and
+declares them. It has no dropout and no backward: certify it with ``--declare grad=false``, as the
 built-in ``numpy-flash-attn`` does.
 """
 
@@ -70,12 +71,14 @@ def _round_to(p: np.ndarray, kind: Any) -> np.ndarray:
     return p
 
 
-def _head(qh, kh, vh, cols, rows, *, scale, softcap, left, right, slope, acc_t, kind):
+def _head(qh, kh, vh, cols, rows, *, scale, softcap, left, right, slope, acc_t, kind, sink=None):
     """One (sequence, head): an online softmax over tiles of the key positions ``cols``, queries at
-    positions ``rows`` on the same axis. Returns (out [T, Dv], lse [T]), -inf where no key is seen."""
+    positions ``rows`` on the same axis. Returns (out [T, Dv], lse [T]), -inf where no key is seen.
+    A ``sink`` logit starts the running max and sum (max = sink, sum = exp(0) = 1) and adds nothing
+    to the accumulator: it is in every row's denominator and no numerator."""
     T, Dv = qh.shape[0], vh.shape[1]
-    m = np.full(T, -np.inf, dtype=acc_t)
-    l = np.zeros(T, dtype=acc_t)
+    m = np.full(T, -np.inf if sink is None else sink, dtype=acc_t)
+    l = np.zeros(T, dtype=acc_t) if sink is None else np.ones(T, dtype=acc_t)
     acc = np.zeros((T, Dv), dtype=acc_t)
     for t0 in range(0, len(cols), TILE):
         idx = np.arange(t0, min(t0 + TILE, len(cols)))
@@ -140,8 +143,10 @@ def flash_attn_func(
     alibi_slopes=None,
     deterministic=False,
     return_attn_probs=False,
+    sinks=None,
 ):
-    """FlashAttention 2's forward in NumPy: q [B, T, H, D], k and v [B, S, Hkv, D]."""
+    """FlashAttention 2's forward in NumPy: q [B, T, H, D], k and v [B, S, Hkv, D]; ``sinks`` [H]
+    (not FA2's argument: FlashInfer's and FA3's) one logit per query head in every row's denominator."""
     if dropout_p:
         raise NotImplementedError("this reference kernel has no dropout")
     qn, kind = _as_numpy(q)
@@ -153,6 +158,7 @@ def flash_attn_func(
         qn.dtype, B, T, H, Hkv, D, Dv, softmax_scale, causal, window_size, alibi_slopes
     )
     rows = np.arange(T) + (S - T)  # each query's place on the key axis (bottom-right)
+    sink_logits = None if sinks is None else np.asarray(_as_numpy(sinks)[0], dtype=np.float32).reshape(H)
     for b in range(B):
         for h in range(H):
             kv = h // group
@@ -169,6 +175,7 @@ def flash_attn_func(
                 slope=None if slopes is None else slopes[b, h],
                 acc_t=acc_t,
                 kind=kind,
+                sink=None if sink_logits is None else sink_logits[h],
             )
     result = _back(out, kind)
     if return_attn_probs:
@@ -339,7 +346,9 @@ class NumpyFlashAdapter(FlashAttnFunctionAdapter):
     """The built-in ``numpy-flash-attn``: :func:`flash_attn_func` through the flash-attn signature adapter."""
 
     def __init__(self) -> None:
-        decl = FLASH_ATTN_DEFAULTS.replace(grad=False, notes="NumPy reference kernel with the flash-attn signature")
+        decl = FLASH_ATTN_DEFAULTS.replace(
+            grad=False, sinks=True, notes="NumPy reference kernel with the flash-attn signature (and sinks)"
+        )
         super().__init__(flash_attn_func, "numpy-flash-attn", decl)
 
 

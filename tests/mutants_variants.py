@@ -8,7 +8,8 @@ from the issue: windows off by one, passed as (w, w), top-left aligned, or dropp
 as s·tanh(s), before the scale, without the factor c, or after ALiBi; ALiBi slopes recomputed for a
 power of two, read per kv head, per first batch, without the absolute value, or top-left; the lse in
 base 2, 0 on empty rows, without the scale, or in kv-major head order under GQA; the softcap's backward
-without its derivative or with tanh(s) for tanh(s/c); variable-length
+without its derivative or with tanh(s) for tanh(s/c); attention sinks ignored, not exponentiated, read
+per kv head, or added to every score; variable-length
 sequences positioned by the batch's longest lengths, or reading keys past their own end.
 """
 
@@ -39,6 +40,7 @@ class VariantKernel(BaseKernel):
             kv_lengths=True,
             paged_kv=True,
             kv_append=True,
+            sinks=True,
             grad=True,
             notes="self-test kernel with FlashAttention's variants",
         )
@@ -128,11 +130,31 @@ class VariantKernel(BaseKernel):
 
     def weights(self, case: Case) -> np.ndarray:
         with np.errstate(invalid="ignore", over="ignore"):
-            return self.softmax(self.scores(case), self.blocked(case))
+            if case.sinks is None:
+                return self.softmax(self.scores(case), self.blocked(case))
+            return self.sink_softmax(self.scores(case), self.blocked(case), self.sink_logits(case))
+
+    # -- attention sinks -----------------------------------------------------------------------------
+    def sink_logits(self, case: Case) -> np.ndarray:
+        """[1, Hq, 1] each query head's sink logit."""
+        return np.asarray(case.sinks, dtype=np.float64)[None, :, None]
+
+    def sink_softmax(self, scores: np.ndarray, blocked: np.ndarray, sink: np.ndarray) -> np.ndarray:
+        """Softmax over the visible scores and the sink, the sink's column dropped (a row with no key: 0)."""
+        s = np.where(blocked, -np.inf, scores)
+        m = np.maximum(s.max(axis=-1), sink).astype(scores.dtype)
+        e = np.exp(s - m[..., None])
+        return e / (e.sum(axis=-1) + self.sink_term(sink, m))[..., None]
+
+    def sink_term(self, sink: np.ndarray, m: np.ndarray) -> np.ndarray:
+        return np.exp(sink - m).astype(m.dtype)
 
     # -- lse ---------------------------------------------------------------------------------------
     def lse(self, case: Case) -> np.ndarray:
         s = np.where(self.blocked(case), -np.inf, self.scores(case)).astype(np.float64)
+        if case.sinks is not None:  # the sink is one more column of the normaliser
+            sink = np.broadcast_to(self.sink_logits(case), s.shape[:-1])[..., None]
+            s = np.concatenate([s, sink], axis=-1)
         m = s.max(axis=-1)
         empty = np.isneginf(m)
         safe = np.where(empty, 0.0, m)
@@ -264,6 +286,40 @@ class SoftcapGradWithoutC(VariantKernel):
 
     def cap_grad(self, s, c):
         return 1.0 - np.tanh(s) ** 2
+
+
+@mutant("sinks_ignored")
+class SinksIgnored(VariantKernel):
+    """The sink never reaches the softmax: the weights sum to 1 as without sinks."""
+
+    def sink_term(self, sink, m):
+        return np.zeros_like(m)
+
+
+@mutant("sinks_not_exponentiated")
+class SinksNotExponentiated(VariantKernel):
+    """The sink logit is added to the denominator as it is, not as exp(sink - max)."""
+
+    def sink_term(self, sink, m):
+        return np.broadcast_to(sink, m.shape).astype(m.dtype)
+
+
+@mutant("sinks_per_kv_head")
+class SinksPerKvHead(VariantKernel):
+    """Query head h reads the sink of its kv head, sinks[h // G], instead of its own (a GQA index mix-up)."""
+
+    def sink_logits(self, case):
+        heads = np.arange(case.Hq) // (case.Hq // case.Hkv)
+        return np.asarray(case.sinks, dtype=np.float64)[heads][None, :, None]
+
+
+@mutant("sink_added_to_scores")
+class SinkAddedToScores(VariantKernel):
+    """The sink is added to every score (and so to the numerators) as well as being a column:
+    exp(s_j + sink) / (sum exp(s_k + sink) + exp(sink)), i.e. as if every sink were 0."""
+
+    def sink_logits(self, case):
+        return np.zeros((1, case.Hq, 1))
 
 
 @mutant("softcap_after_alibi")

@@ -56,10 +56,11 @@ def loop_variant(case, alignment: str) -> tuple[np.ndarray, np.ndarray]:
                     if slopes is not None:
                         s -= slopes[b, h] * abs(pos - j)
                     row.append((j, s))
-                if not row:
+                sink = None if case.sinks is None else float(case.sinks[h])  # a valueless key, logit sink
+                if not row and sink is None:
                     continue
-                top = max(s for _, s in row)
-                z = math.fsum(math.exp(s - top) for _, s in row)
+                top = max([s for _, s in row] + ([] if sink is None else [sink]))
+                z = math.fsum([math.exp(s - top) for _, s in row] + ([] if sink is None else [math.exp(sink - top)]))
                 lse[b, h, i] = top + math.log(z)
                 for j, s in row:
                     out[b, h, i] += math.exp(s - top) / z * v[b, h // g, j]
@@ -312,3 +313,54 @@ def test_vjp_without_variants_is_the_base_oracle():
     g = np.random.default_rng(5).standard_normal(case.out_shape)
     for a, b in zip(oracle_variants.vjp(case, g), oracle.vjp(case, g)):
         np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-14)
+
+
+@pytest.mark.parametrize("alignment", ["top-left", "bottom-right"])
+def test_sinks_match_the_loop_and_lower_to_one_more_key(alignment):
+    """Sinks (gpt-oss): exp(sink_h) joins each row's denominator; against the per-query loop, with
+    GQA, causal T > S (rows with no key give 0, lse = sink), a window and lengths; the lowered case
+    (the sink as an extra zero key with the sink as bias) gives the same output in the base oracle."""
+    sinks = np.array([0.5, -1.0, 2.0, 0.0, 3.0, -0.25])
+    for seed, extra in enumerate(
+        (
+            dict(),
+            dict(is_causal=True, window=(1, 0)),
+            dict(seqlens_q=np.array([4, 1]), seqlens_k=np.array([2, 5]), softcap=2.0),
+        )
+    ):
+        case = random_case(60 + seed, B=2, Hq=6, Hkv=2, T=4, S=5 if seed != 1 else 2, Dk=4, dtype="float64")
+        case = case.replace(sinks=sinks, **extra)
+        got = oracle_variants.forward(case, causal_alignment=alignment)
+        want_out, want_lse = loop_variant(case, alignment)
+        np.testing.assert_allclose(got.out, want_out, rtol=1e-12, atol=1e-13, err_msg=case.describe())
+        live = ~oracle_variants.padding(case)[:, None, :].repeat(6, 1)
+        np.testing.assert_allclose(got.lse[live], want_lse[live], rtol=1e-12, atol=1e-12)
+        assert (got.weights.sum(axis=-1)[live] < 1).all()
+        low = oracle_variants.lower(case, alignment)
+        assert low.S == case.S + 1 and not low.has_variant
+        np.testing.assert_allclose(oracle.forward(low, causal_alignment=alignment).out, got.out, rtol=1e-12, atol=1e-13)
+        g = np.random.default_rng(seed).standard_normal(case.out_shape)
+        if case.softcap:
+            continue  # the lowered case holds the cap as a constant bias: its VJP lacks the cap's derivative
+        dq_low = oracle.vjp(low, g, causal_alignment=alignment)[0]  # the sink's zero key adds nothing to dQ
+        np.testing.assert_allclose(oracle_variants.vjp(case, g, causal_alignment=alignment)[0], dq_low, atol=1e-12)
+    with pytest.raises(ValueError, match="sinks"):
+        oracle_variants.forward(case.replace(sinks=np.zeros(2)))
+
+
+def test_the_sink_definition_is_jax_s_own_text():
+    """The stored excerpt (conformance.harness.sink_definitions) is the installed jax's source, unchanged,
+    when the installed jax is the release it names."""
+    import os
+
+    import jax
+
+    from conformance.harness.sink_definitions import JAX_SPLASH_REFERENCE as doc
+
+    if f"jax-{jax.__version__}" != doc.commit:
+        pytest.skip(f"installed jax {jax.__version__}, the excerpt is from {doc.commit}")
+    path = os.path.join(os.path.dirname(jax.__file__), os.path.relpath(doc.path, "jax"))
+    first, last = (int(x) for x in doc.lines.split("-"))
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().splitlines()[first - 1 : last]
+    assert doc.text.strip("\n") == "\n".join(lines)
