@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from conformance.contract import Case
-from conformance.harness import compare
+from conformance.harness import buckets, compare
 from conformance.harness.cases import cast, random_case, random_mask, rng_for
 from conformance.harness.clause import Source, clause
 from conformance.oracle import causal_blocked
@@ -93,7 +93,8 @@ def _broadcast_shapes(B: int, H: int, T: int, S: int) -> list[tuple[str, tuple[i
 def test_mask_broadcast_shapes(impl, dtype):
     # B == T again, so that a [T,S] mask mistaken for [B,S] padding still broadcasts.
     B, H, T, S = SHAPE
-    for i, (name, shape) in enumerate(_broadcast_shapes(B, H, T, S)):
+    # A kernel compiling per shape checks each form in one dtype per ci run (harness.buckets.spread).
+    for i, (name, shape) in buckets.spread(impl, dtype, list(enumerate(_broadcast_shapes(B, H, T, S)))):
         mask = random_mask(150 + i, shape, p_blocked=0.45)
         case = random_case(150 + i, B=B, Hq=H, T=T, S=S, Dk=8, dtype=dtype, mask=mask, label=f"mask {name}")
         impl.require(case)
@@ -267,8 +268,9 @@ def test_blocked_kv_inert(impl, dtype):
 def test_float_mask_is_added(impl, dtype):
     B, H, T, S = SHAPE
     rng = rng_for(220)
-    for i, shape in enumerate(((B, H, T, S), (T, S))):
-        bias = 2.0 * rng.standard_normal(shape)
+    biases = [2.0 * rng.standard_normal(shape) for shape in ((B, H, T, S), (T, S))]
+    for i, bias in buckets.spread(impl, dtype, list(enumerate(biases))):  # as in MASK-BROADCAST-05
+        shape = bias.shape
         bias[..., 0] = 0.0  # zeros must stay visible, nonzeros must not become blocked
         case = random_case(
             220 + i, B=B, Hq=H, T=T, S=S, Dk=8, dtype=dtype, bias=bias, label=f"finite bias {list(shape)}"
