@@ -23,6 +23,8 @@ import os
 import sys
 import time
 
+# This checkout's package, not whichever one is installed (a copy of the tree measured side by side).
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ["SDPA_CONFORMANCE_JAX_CACHE"] = "0"  # before any import of the jax adapter
 os.environ.pop("JAX_COMPILATION_CACHE_DIR", None)
 
