@@ -89,6 +89,7 @@ SPREAD_KILLS = [
     ("MASK-BROADCAST-05", "mask_head0_for_all_heads"),
     ("FLOAT-MASK-ADD-12", "bias_as_boolean"),
     ("FLOAT-MASK-ADD-12", "bias_scaled"),
+    ("MASK-PADDING-SELF-14", "padding_along_queries_when_square"),
     ("GRAD-VJP-01", "grad_no_softmax_row_term"),
     ("GRAD-VJP-01", "grad_dq_missing_scale"),
     ("SCALE-EQUIV-04", "scale_zero_means_default"),

@@ -111,7 +111,7 @@ def test_default_scale_uses_dk(impl, dtype):
     kills=["ignore_custom_scale"],
 )
 def test_custom_scale_honoured(impl, dtype):
-    for seed, scale in ((90, 0.9), (91, 0.05)):
+    for seed, scale in buckets.spread(impl, dtype, ((90, 0.9), (91, 0.05))):  # compiling per shape: one per dtype
         shape = buckets.dims(impl, "cross", B=1, Hq=2, T=4, S=6, Dk=8)  # the palette's, if compiling per shape
         case = random_case(seed, dtype=dtype, scale=scale, magnitude=1.5, **shape)
         impl.require(case)
