@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from conformance import oracle_variants
 from conformance.clauses.test_variants import DECODE, OFFSET, assert_variant_output, check_blocked_pattern, slopes
+from conformance.contract import Case
+from conformance.harness import compare
 from conformance.harness.cases import random_case
-from conformance.harness.clause import clause
+from conformance.harness.clause import Source, clause
 from conformance.harness.definitions import Definition
 from conformance.harness.lse import assert_lse_matches
+from conformance.harness.report import ClauseViolation
 
 VARLEN_DOC = "flash_attn_varlen_func docstring"
 CU_SEQLENS = Definition(
@@ -114,3 +118,47 @@ def test_varlen_edges(impl, dtype):
     if impl.supports(causal):
         check_blocked_pattern(impl, causal)
         assert_variant_output(impl, causal)
+
+
+PADDING = Source("000", "§7.1 Padding Mask", "这些填充位置没有语义，不应被其他 Query 读取。")
+
+
+def assert_padded_form(impl, case: Case) -> None:
+    """``case`` lowered to the dense form (oracle_variants.lower: one padded batch, every key past a
+    sequence's end, its causal / window limits and its padded query rows blocked in a boolean mask),
+    run through the kernel's own mask argument and held to the base oracle on that form: live rows
+    are the sequences' own answers, padded rows (all blocked) get the kernel's declared fill."""
+    low = oracle_variants.lower(case, impl.declaration.causal_alignment).replace(label=case.label + " padded + mask")
+    try:
+        compare.assert_output_matches(impl, low)
+    except ClauseViolation as exc:
+        tq, sk = oracle_variants.lengths(case)
+        raise ClauseViolation(
+            f"varlen batch as padded + mask (seqlens_q={tq.tolist()}, seqlens_k={sk.tolist()}"
+            f"{', causal' if case.is_causal else ''}, {impl.declaration.causal_alignment} per sequence):\n{exc}",
+            low,
+        ) from exc
+
+
+@clause(
+    "VARLEN-PADDED-05",
+    "a dense kernel given a varlen batch as one padded batch with a boolean mask (keys past each sequence's end, its own causal limits and its padded query rows blocked) answers every sequence's own problem",
+    PADDING,
+    requires=["bool_mask", "varlen=False"],
+    kills=["batch_mask_mixup", "mask_cache_by_shape", "mask_after_softmax"],
+)
+def test_varlen_as_padded_mask(impl, dtype):
+    # VARLEN-01's, VARLEN-CAUSAL-02's and VARLEN-EDGES-04's batches (kernels that take lengths
+    # themselves are held to those clauses); the last two share one shape. Each runs where the
+    # kernel takes its dense form (the first has grouped heads); at least one must.
+    cases = [
+        ragged(1010, dtype, [4, 6, 1, 3, 2], [10, 6, 5, 3, 13], Hq=2, Dk=8, is_causal=True),
+        ragged(1030, dtype, [1, 4, 0, 1, 3], [13, 0, 5, 1, 3], T=6, Hq=2, Dk=8),
+        ragged(1000, dtype, [5, 2, 7, 3], [9, 4, 7, 12], Hq=4, Hkv=2, Dk=16),
+    ]
+    align = impl.declaration.causal_alignment
+    dense = [c for c in cases if impl.supports(oracle_variants.lower(c, align))]
+    if not dense:
+        impl.require(oracle_variants.lower(cases[0], align))  # not applicable, with the declaration's reason
+    for case in dense:
+        assert_padded_form(impl, case)
