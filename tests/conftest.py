@@ -10,6 +10,6 @@ def restore_hypothesis_profile():
     """In-process pytester runs load hypothesis profiles globally; give the outer session its own back."""
     from conformance.harness import strategies
 
-    saved = strategies._PROFILE["name"]
+    saved = strategies.profile_name()
     yield
     strategies.load_profile(saved)
