@@ -8,7 +8,8 @@ from the issue: windows off by one, passed as (w, w), top-left aligned, or dropp
 as s·tanh(s), before the scale, without the factor c, or after ALiBi; ALiBi slopes recomputed for a
 power of two, read per kv head, per first batch, without the absolute value, or top-left; the lse in
 base 2, 0 on empty rows, without the scale, or in kv-major head order under GQA; the softcap's backward
-without its derivative or with tanh(s) for tanh(s/c); attention sinks ignored, not exponentiated, read
+without its derivative or with tanh(s) for tanh(s/c); a backward that recomputes P without the
+window or the lengths; attention sinks ignored, not exponentiated, read
 per kv head, or added to every score; variable-length
 sequences positioned by the batch's longest lengths, or reading keys past their own end.
 """
@@ -169,13 +170,17 @@ class VariantKernel(BaseKernel):
         """d(c tanh(s/c))/ds = 1 - tanh(s/c)^2, on the scaled product s."""
         return 1.0 - np.tanh(s / c) ** 2
 
+    def backward_case(self, case: Case) -> Case:
+        """The case whose weights the backward recomputes (a flash backward recomputes P)."""
+        return case
+
     def vjp(self, case: Case, grad_out: np.ndarray):
         """The base kernel's backward over this kernel's weights, dS scaled by the softcap's derivative."""
         self.validate(case)
         q, k, v = self.operands(case)
         w = self.work(case)
         with np.errstate(invalid="ignore", over="ignore"):
-            p = self.weights(case)
+            p = self.weights(self.backward_case(case))
         do = grad_out.astype(w)
         dp = do @ np.swapaxes(v, -1, -2)
         ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True))
@@ -286,6 +291,22 @@ class SoftcapGradWithoutC(VariantKernel):
 
     def cap_grad(self, s, c):
         return 1.0 - np.tanh(s) ** 2
+
+
+@mutant("grad_window_ignored")
+class GradWindowIgnored(VariantKernel):
+    """The backward recomputes P without the sliding window (the forward applies it)."""
+
+    def backward_case(self, case):
+        return case.replace(window=None)
+
+
+@mutant("grad_varlen_ignored")
+class GradVarlenIgnored(VariantKernel):
+    """The backward recomputes P over the padded batch, without the sequences' lengths."""
+
+    def backward_case(self, case):
+        return case.replace(seqlens_q=None, seqlens_k=None)
 
 
 @mutant("sinks_ignored")

@@ -1,4 +1,4 @@
-"""Gradients through the variants (issue 12): the softcap's backward.
+"""Gradients through the variants (issue 12): the softcap's backward, windows and lengths in the backward.
 
 A softcapped kernel's forward can be right while its backward is wrong: the cap ``c tanh(s/c)``
 is a function of the scores, so every score gradient dS reaches Q and K multiplied by its
@@ -7,14 +7,21 @@ score_mod gradients) drop that factor or take the tanh of the wrong argument; bo
 and put dQ and dK off by up to the whole gradient where scores approach the cap. The expected
 gradients are the variant oracle's VJP (:func:`conformance.oracle_variants.vjp`, checked against
 finite differences of an independent loop), compared under :mod:`conformance.harness.variant_vjp`.
+
+A flash backward recomputes P from Q and K instead of storing it, so every limit the forward applies
+(the sliding window, each sequence's lengths) must be applied again; one forgotten puts gradient on
+keys the forward never read. WINDOW-GRAD-03 and VARLEN-GRAD-06 check that, each case in one dtype
+for a kernel compiling per shape (buckets.spread: the property does not depend on the dtype).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from conformance.clauses.test_variants import SOFTCAP_DEF
+from conformance.clauses.test_variants import SOFTCAP_DEF, WINDOW_DEF
+from conformance.clauses.test_varlen import CU_SEQLENS, ragged
 from conformance.contract import np_dtype
+from conformance.harness import buckets
 from conformance.harness.cases import random_case
 from conformance.harness.clause import clause
 from conformance.harness.variant_vjp import assert_variant_vjp
@@ -36,3 +43,44 @@ def test_softcap_grad(impl, dtype):
         impl.require(case)
         g = np.random.default_rng(1200 + n).standard_normal(case.out_shape).astype(np_dtype(dtype))
         assert_variant_vjp(impl, case, g, f"softcap {cap:g}{', causal' if causal else ''}")
+
+
+def _cotangent(case, dtype: str, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(case.out_shape).astype(np_dtype(dtype))
+
+
+@clause(
+    "WINDOW-GRAD-03",
+    "dQ, dK and dV under a sliding window (with and without is_causal) are the oracle's: the backward applies the window the forward applied, no gradient on keys outside it",
+    WINDOW_DEF,
+    requires=["grad", "window"],
+    kills=["grad_window_ignored"],
+)
+def test_window_grad(impl, dtype):
+    items = [((1, 4, 11), (2, 1), False), ((2, 9, 9), (3, 0), True)]
+    for n, ((B, T, S), window, causal) in enumerate(buckets.spread(impl, dtype, items)):
+        case = random_case(1220 + n, B=B, Hq=2, T=T, S=S, Dk=16, dtype=dtype, is_causal=causal)
+        case = case.replace(window=window, label=f"window {window} gradients")
+        impl.require(case)
+        assert_variant_vjp(
+            impl, case, _cotangent(case, dtype, 1220 + n), f"window {window}{', causal' if causal else ''}"
+        )
+
+
+@clause(
+    "VARLEN-GRAD-06",
+    "dQ, dK and dV of a varlen batch are each sequence's own: no gradient on keys past a sequence's end or on its padded query rows, causal by its own lengths",
+    CU_SEQLENS,
+    requires=["grad", "varlen"],
+    kills=["grad_varlen_ignored"],
+)
+def test_varlen_grad(impl, dtype):
+    items = [
+        ragged(1230, dtype, [5, 2, 7, 3], [9, 4, 7, 12], Hq=4, Hkv=2, Dk=16),
+        ragged(1231, dtype, [4, 6, 1, 3, 2], [10, 6, 5, 3, 13], Hq=2, Dk=16, is_causal=True),
+    ]
+    for case in buckets.spread(impl, dtype, items):
+        impl.require(case)
+        tq, sk = (np.asarray(x).tolist() for x in (case.seqlens_q, case.seqlens_k))
+        words = f"varlen seqlens_q={tq} seqlens_k={sk}{', causal' if case.is_causal else ''}"
+        assert_variant_vjp(impl, case, _cotangent(case, dtype, case.seed), words)
