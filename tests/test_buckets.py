@@ -100,6 +100,8 @@ SPREAD_KILLS = [
     ("SELF-CONSISTENT-01", "reused_accumulator"),
     ("INPUTS-LAYOUT-02", "assumes_c_contiguous"),
     ("SCALE-CUSTOM-03", "ignore_custom_scale"),
+    ("MASK-BEFORE-SOFTMAX-01", "mask_after_softmax"),
+    ("MASK-BEFORE-SOFTMAX-01", "mask_sense_inverted"),
 ]
 
 
