@@ -38,7 +38,7 @@ REFERENCE = "implementations.numpy_flash:flash_attn_func"
 def _catalog():
     from tests.clause_runner import load_clauses
 
-    mods = ("test_variants", "test_varlen", "test_kvcache")
+    mods = ("test_variants", "test_varlen", "test_kvcache", "test_sinks")
     return {cid: info for cid, info in load_clauses().items() if info.module.endswith(mods)}
 
 
@@ -111,14 +111,20 @@ def test_the_defaults_are_flash_attention_2s_conventions():
 
 
 def _references():
+    """The NumPy references of each signature, and the dense NumPy kernel (the padded + mask form of
+    a varlen batch, VARLEN-PADDED-05, is for kernels that take a mask and no lengths)."""
     from implementations.numpy_flash import NumpyFlashKVCacheAdapter
+    from implementations.numpy_kernel import NumpyAdapter
 
     return (
-        FlashAttnFunctionAdapter(flash_attn_func, "numpy-flash-attn", FLASH_ATTN_DEFAULTS.replace(grad=False)),
+        FlashAttnFunctionAdapter(
+            flash_attn_func, "numpy-flash-attn", FLASH_ATTN_DEFAULTS.replace(grad=False, sinks=True)
+        ),
         FlashAttnVarlenFunctionAdapter(
             flash_attn_varlen_func, "numpy-flash-attn-varlen", FLASH_ATTN_VARLEN_DEFAULTS.replace(grad=False)
         ),
         NumpyFlashKVCacheAdapter(),
+        NumpyAdapter(),
     )
 
 
