@@ -92,6 +92,7 @@ SPREAD_KILLS = [
     ("MASK-PADDING-SELF-14", "padding_along_queries_when_square"),
     ("GRAD-VJP-01", "grad_no_softmax_row_term"),
     ("GRAD-VJP-01", "grad_dq_missing_scale"),
+    ("GRAD-GQA-02", "grad_dk_not_summed_over_group"),
     ("SCALE-EQUIV-04", "scale_zero_means_default"),
     ("SCALE-EQUIV-04", "custom_scale_times_default"),
     # clauses on the palette's shapes (buckets.dims)
@@ -101,6 +102,8 @@ SPREAD_KILLS = [
     ("INPUTS-LAYOUT-02", "assumes_c_contiguous"),
     ("SCALE-CUSTOM-03", "ignore_custom_scale"),
     ("MASK-BEFORE-SOFTMAX-01", "mask_after_softmax"),
+    ("MASK-ALL-FALSE-08", "mask_times_neg_inf"),
+    ("MASK-ALL-FALSE-08", "mask_sense_inverted"),
     ("MASK-BEFORE-SOFTMAX-01", "mask_sense_inverted"),
 ]
 
