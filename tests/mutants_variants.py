@@ -10,7 +10,7 @@ power of two, read per kv head, per first batch, without the absolute value, or 
 base 2, 0 on empty rows, without the scale, or in kv-major head order under GQA; the softcap's backward
 without its derivative or with tanh(s) for tanh(s/c); a backward that recomputes P without the
 window or the lengths; attention sinks ignored, not exponentiated, read
-per kv head, or added to every score; variable-length
+per kv head, added to every score, or left out of the lse; variable-length
 sequences positioned by the batch's longest lengths, or reading keys past their own end.
 """
 
@@ -341,6 +341,14 @@ class SinkAddedToScores(VariantKernel):
 
     def sink_logits(self, case):
         return np.zeros((1, case.Hq, 1))
+
+
+@mutant("lse_without_sink")
+class LseWithoutSink(VariantKernel):
+    """The output has the sink, the returned lse leaves it out of the normaliser."""
+
+    def lse(self, case):
+        return super().lse(case.replace(sinks=None))
 
 
 @mutant("softcap_after_alibi")

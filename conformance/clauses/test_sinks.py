@@ -19,6 +19,7 @@ from conformance.contract import Case
 from conformance.harness import compare, tolerance
 from conformance.harness.cases import random_case
 from conformance.harness.clause import clause
+from conformance.harness.lse import assert_lse_matches
 from conformance.harness.report import ClauseViolation, mismatch_report
 from conformance.harness.sink_definitions import SINKS_DEF
 
@@ -48,10 +49,10 @@ def assert_sink_output(impl, case: Case) -> np.ndarray:
 
 @clause(
     "SINKS-01",
-    "an attention sink adds exp(sink_h) of each query head's own logit to every row's softmax denominator and nothing to its numerators (under GQA, causal and a window too)",
+    "an attention sink adds exp(sink_h) of each query head's own logit to every row's softmax denominator and nothing to its numerators (under GQA, causal and a window too); a returned lse includes it",
     SINKS_DEF,
     requires=["sinks"],
-    kills=["sinks_ignored", "sinks_not_exponentiated", "sinks_per_kv_head", "sink_added_to_scores"],
+    kills=["sinks_ignored", "sinks_not_exponentiated", "sinks_per_kv_head", "sink_added_to_scores", "lse_without_sink"],
 )
 def test_sinks(impl, dtype):
     for n, (T, S, causal, window) in enumerate(((5, 9, False, None), (6, 6, True, None), (4, 10, False, (3, 0)))):
@@ -62,3 +63,5 @@ def test_sinks(impl, dtype):
         elif not impl.supports(case):
             continue
         assert_sink_output(impl, case)
+        if impl.declaration.returns_lse:  # the normaliser the lse logs includes exp(sink_h)
+            assert_lse_matches(impl, case)

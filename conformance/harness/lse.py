@@ -52,7 +52,8 @@ def lse_allowance(case: Case, decl: Declaration) -> np.ndarray:
     low = oracle_variants.lower(case, decl.causal_alignment)
     fwd = _forward(case, decl)
     prec = tolerance.precision(case.dtype, decl.tolerance_dtype(case))
-    rm = tolerance.row_model(low, fwd, prec)
+    # The row model of the lowered case, on its own forward: with sinks it has one more key (the sink).
+    rm = tolerance.row_model(low, _forward(low, decl), prec)
     mag = np.where(fwd.all_blocked, 0.0, np.abs(fwd.lse))
     allowed = rm.eps + prec.gamma(2 * case.S + 8) + prec.u_a * mag + np.maximum(prec.u_w * mag, prec.eta)
     allowed = np.where(fwd.all_blocked, 0.0, allowed)
