@@ -41,6 +41,16 @@ zoo-float64-pairwise            float64 throughout with explicit pairwise (tree)
 zoo-fast-math-exp2              FlashAttention-3 built with fast math: ex2.approx.ftz (relative
                                 error up to 2^-22, subnormals flushed) for every exponential and
                                 rcp.approx for 1/l, key tiles of 64
+zoo-causal-bottom-right         FA2's tiles with FA2's causal alignment when T != S (declared
+                                causal_alignment=bottom-right; rows that see no key written 0)
+zoo-unguarded-nan               exp(s - max) / sum with no guard (declared all_blocked=nan), and its
+                                unguarded backward
+zoo-f64-as-f32                  FA2's tiles with float64 inputs computed in float32 (declared
+                                float64_computed_as=float32), forward and backward
+zoo-returns-weights             the article's kernel shape: P rounded once, returned and used for P·V
+                                (declared returns_weights)
+zoo-dropout-fa2                 FA2's dropout: a counter-based keep-mask on the unnormalised P, l from
+                                the undropped P, 1/(1 - p) applied once to the output (declared dropout)
 ==============================  =================================================================
 """
 
@@ -57,8 +67,9 @@ LOG2E = 1.0 / math.log(2.0)
 
 
 # -- plumbing: blocked positions and the finite bias, apart ---------------------------------------------
-def _blocked_and_bias(case: Case, work) -> tuple[np.ndarray, np.ndarray]:
-    """[B, Hq, T, S] bool (mask, causal, -inf bias) and the finite part of the bias in ``work``."""
+def _blocked_and_bias(case: Case, work, offset: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """[B, Hq, T, S] bool (mask, causal, -inf bias) and the finite part of the bias in ``work``;
+    causal lets query i see keys j <= i + offset (0: top-left, S - T: bottom-right)."""
     shape = (case.B, case.Hq, case.T, case.S)
     blocked = np.zeros(shape, dtype=bool)
     bias = np.zeros(shape, dtype=work)
@@ -69,7 +80,7 @@ def _blocked_and_bias(case: Case, work) -> tuple[np.ndarray, np.ndarray]:
     if case.mask is not None:
         blocked = blocked | np.broadcast_to(np.asarray(case.mask, dtype=bool), shape)
     if case.is_causal:
-        blocked = blocked | (np.arange(case.S)[None, :] > np.arange(case.T)[:, None])
+        blocked = blocked | (np.arange(case.S)[None, :] > np.arange(case.T)[:, None] + offset)
     return blocked, bias
 
 
@@ -98,11 +109,15 @@ class TiledK128Q64(ZooKernel):
     KTILE, QTILE = 128, 64
     ROUND_P = True  # P rounded to the input dtype before P·V (tensor cores), or kept in fp32
 
-    def _forward(self, case: Case, work, q, k, v):
-        """(O in fp32 before its rounding, lse) by FA2's loop over query and key tiles."""
+    def _mask(self, case: Case, work):
+        return _blocked_and_bias(case, work)
+
+    def _forward(self, case: Case, work, q, k, v, keep: np.ndarray | None = None):
+        """(O in fp32 before its rounding, lse) by FA2's loop over query and key tiles; ``keep``: a
+        dropout keep-mask applied to P before P·V (l is summed before it)."""
         rnd = _rounder(case, work) if self.ROUND_P else (lambda x: x)
         idx = _kv_index(case)
-        blocked, bias = _blocked_and_bias(case, work)
+        blocked, bias = self._mask(case, work)
         sc = work(case.effective_scale)
         out = np.zeros(case.out_shape, dtype=work)
         lse = np.zeros((case.B, case.Hq, case.T, 1), dtype=work)
@@ -118,6 +133,8 @@ class TiledK128Q64(ZooKernel):
                 alpha = np.exp(np.where(np.isneginf(m), -np.inf, m - ref))
                 p = np.exp(s - ref)
                 l = l * alpha + p.sum(axis=-1, keepdims=True)
+                if keep is not None:
+                    p = np.where(keep[:, :, t0:t1, s0:s1], p, work(0))
                 acc = acc * alpha + rnd(p) @ v[:, idx, s0:s1]
                 m = m_new
             live = l > 0
@@ -141,7 +158,7 @@ class TiledK128Q64(ZooKernel):
         o32, lse = self._forward(case, work, q, k, v)
         do = np.asarray(grad_out).astype(work)
         d = self._delta(case, do, o32)
-        blocked, bias = _blocked_and_bias(case, work)
+        blocked, bias = self._mask(case, work)
         sc = work(case.effective_scale)
         live = np.isfinite(lse)
         dq = np.zeros(q.shape, dtype=work)
@@ -453,6 +470,152 @@ class Float64Pairwise(ZooKernel):
         return out.astype(np_dtype(case.dtype))
 
 
+# -- 11. declared conventions: causal bottom-right (FlashAttention 2 when T != S) ------------------------
+class CausalBottomRight(TiledK128Q64):
+    """FA2's tiles with its causal alignment: query i sees keys j <= i + S - T; with T > S the
+    first T - S rows see no key and are written 0 (declared causal_alignment=bottom-right)."""
+
+    name = "zoo-causal-bottom-right"
+    has_grad = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.declaration = self.declaration.replace(causal_alignment="bottom-right")
+
+    def _mask(self, case: Case, work):
+        return _blocked_and_bias(case, work, offset=case.S - case.T)
+
+
+# -- 12. declared conventions: no guards, NaN on rows that see no key ------------------------------------
+class UnguardedNan(ZooKernel):
+    """softmax as written, exp(s - max) / sum, with no guard: a row that sees no key has max = -inf
+    and gives NaN, in the output and in the gradients it touches (declared all_blocked=nan, as
+    torch's math backend behaves)."""
+
+    name = "zoo-unguarded-nan"
+    has_grad = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.declaration = self.declaration.replace(all_blocked="nan")
+
+    def _p(self, case: Case, work, q, k):
+        idx = _kv_index(case)
+        blocked, bias = _blocked_and_bias(case, work)
+        s = np.where(blocked, work(-np.inf), (q @ np.swapaxes(k[:, idx], -1, -2)) * work(case.effective_scale) + bias)
+        with np.errstate(invalid="ignore"):
+            e = np.exp(s - s.max(axis=-1, keepdims=True))
+            return e / e.sum(axis=-1, keepdims=True)
+
+    def attend(self, case, work, q, k, v):
+        return _rounder(case, work)(self._p(case, work, q, k)) @ v[:, _kv_index(case)]
+
+    def vjp(self, case: Case, grad_out: np.ndarray):
+        work, q, k, v = _operands(case)
+        idx = _kv_index(case)
+        p = self._p(case, work, q, k)
+        do = np.asarray(grad_out).astype(work)
+        sc = work(case.effective_scale)
+        with np.errstate(invalid="ignore"):
+            dp = do @ np.swapaxes(v[:, idx], -1, -2)
+            ds = p * (dp - (p * dp).sum(axis=-1, keepdims=True))
+            dq = (ds @ k[:, idx]) * sc
+            dk = _sum_groups((np.swapaxes(ds, -1, -2) @ q) * sc, case.Hkv)
+            dv = _sum_groups(np.swapaxes(p, -1, -2) @ do, case.Hkv)
+        lowp = np_dtype(case.dtype)
+        return dq.astype(lowp), dk.astype(lowp), dv.astype(lowp)
+
+
+# -- 13. declared conventions: float64 computed in float32 -----------------------------------------------
+class Float64AsFloat32(TiledK128Q64):
+    """FA2's tiles with float64 inputs computed in float32 and the result returned as float64 (a
+    kernel without a float64 path; declared float64_computed_as=float32, as jax on CPU does)."""
+
+    name = "zoo-f64-as-f32"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.declaration = self.declaration.replace(float64_computed_as="float32")
+
+    def forward(self, case: Case) -> np.ndarray:
+        q, k, v = (np.asarray(x).astype(np.float32) for x in (case.query, case.key, case.value))
+        return self._forward(case, np.float32, q, k, v)[0].astype(np_dtype(case.dtype))
+
+    def vjp(self, case: Case, grad_out: np.ndarray):
+        if case.dtype != "float64":
+            return super().vjp(case, grad_out)
+        names = ("query", "key", "value")
+        lowered = case.replace(**{n: np.asarray(getattr(case, n)).astype(np.float32) for n in names})
+        grads = super().vjp(lowered, np.asarray(grad_out).astype(np.float32))
+        return tuple(g.astype(np.float64) for g in grads)
+
+
+# -- 14. declared conventions: the weights returned too --------------------------------------------------
+class ReturnsWeights(ZooKernel):
+    """The article's shape of kernel (scores, softmax, P·V, and the weights returned), in fp32 with
+    P rounded once to the input dtype and used for both results (declared returns_weights)."""
+
+    name = "zoo-returns-weights"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.declaration = self.declaration.replace(returns_weights=True)
+
+    def _weights(self, case: Case, work, q, k) -> np.ndarray:
+        idx = _kv_index(case)
+        blocked, bias = _blocked_and_bias(case, work)
+        s = np.where(blocked, work(-np.inf), (q @ np.swapaxes(k[:, idx], -1, -2)) * work(case.effective_scale) + bias)
+        m = s.max(axis=-1, keepdims=True)
+        e = np.exp(s - np.where(np.isneginf(m), work(0), m))
+        l = e.sum(axis=-1, keepdims=True)
+        return _rounder(case, work)(np.where(l > 0, e / np.where(l > 0, l, 1), work(0)))
+
+    def attend(self, case, work, q, k, v):
+        return self._weights(case, work, q, k) @ v[:, _kv_index(case)]
+
+    def forward_with_weights(self, case: Case) -> tuple[np.ndarray, np.ndarray]:
+        work, q, k, v = _operands(case)
+        p = self._weights(case, work, q, k)
+        lowp = np_dtype(case.dtype)
+        return (p @ v[:, _kv_index(case)]).astype(lowp), p.astype(lowp)
+
+
+# -- 15. declared conventions: dropout as FlashAttention-2 applies it ------------------------------------
+def _keep(case: Case) -> np.ndarray:
+    """[B, Hq, T, S] keep-mask from a counter-based hash of (seed, b, h, t, s) (splitmix64), as
+    FlashAttention draws Philox numbers per element from (seed, offset): no generator state."""
+    B, H, T, S = case.B, case.Hq, case.T, case.S
+    ctr = np.arange(B * H * T * S, dtype=np.uint64).reshape(B, H, T, S)
+    with np.errstate(over="ignore"):
+        z = ctr + np.uint64(case.seed) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(0x632BE59BD9B4E019)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    u = (z >> np.uint64(11)).astype(np.float64) * 2.0**-53
+    return u >= case.dropout_p
+
+
+class DropoutFa2(TiledK128Q64):
+    """FA2's dropout: P (unnormalised, fp32) multiplied by the keep-mask before it is rounded for
+    P·V, l summed from the *undropped* P, and 1/(1 - p) applied once to the output at the end."""
+
+    name = "zoo-dropout-fa2"
+    has_grad = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.declaration = self.declaration.replace(dropout=True)
+
+    def attend(self, case, work, q, k, v):
+        if not 0.0 <= case.dropout_p <= 1.0:
+            raise ValueError("dropout_p must lie in [0, 1]")
+        if case.dropout_p >= 1.0:
+            return np.zeros(case.out_shape, dtype=work)
+        keep = _keep(case) if case.dropout_p > 0 else None
+        out = self._forward(case, work, q, k, v, keep=keep)[0]
+        return out * work(1.0 / (1.0 - case.dropout_p)) if keep is not None else out
+
+
 # -- not admitted: Q pre-scaled in the input dtype ----------------------------------------------------
 class QPrescaled(ZooKernel):
     """softmax(round_d(Q * scale) K^T) V: Q multiplied by the scale *in the input dtype* before QK^T
@@ -494,6 +657,14 @@ MORE: dict[str, type[ZooKernel]] = {
         FinfoMinMask,
         GqaIndexArith,
         Float64Pairwise,
-        QPrescaled,
+        FastMathExp2,
+        CausalBottomRight,
+        UnguardedNan,
+        Float64AsFloat32,
+        ReturnsWeights,
+        DropoutFa2,
     )
 }
+
+# Formulations production kernels use that the suite refuses by decision (each class says why).
+NOT_ADMITTED: dict[str, type[ZooKernel]] = {QPrescaled.name: QPrescaled}
