@@ -51,6 +51,9 @@ zoo-returns-weights             the article's kernel shape: P rounded once, retu
                                 (declared returns_weights)
 zoo-dropout-fa2                 FA2's dropout: a counter-based keep-mask on the unnormalised P, l from
                                 the undropped P, 1/(1 - p) applied once to the output (declared dropout)
+zoo-split-rounded-everything    split-KV in 3 parts, each rounding P, summing l from the rounded P and
+                                storing its partial output in the input dtype, then the output's own
+                                rounding: four roundings between a weight and the output
 ==============================  =================================================================
 """
 
@@ -616,6 +619,41 @@ class DropoutFa2(TiledK128Q64):
         return out * work(1.0 / (1.0 - case.dropout_p)) if keep is not None else out
 
 
+# -- 16. split-KV with every rounding a kernel may make ---------------------------------------------------
+class SplitRoundedEverything(ZooKernel):
+    """Split-KV where each part rounds P to the input dtype, sums its denominator from that rounded
+    P, and stores its normalised partial output in the input dtype (vLLM's paged attention v2
+    layout), merged by the parts' lse in fp32 and rounded once more: four roundings to the input
+    dtype on the way from a weight to the output."""
+
+    name = "zoo-split-rounded-everything"
+    PARTS = 3
+
+    def attend(self, case, work, q, k, v):
+        rnd = _rounder(case, work)
+        idx = _kv_index(case)
+        blocked, bias = _blocked_and_bias(case, work)
+        s_all = (q @ np.swapaxes(k[:, idx], -1, -2)) * work(case.effective_scale) + bias
+        s_all = np.where(blocked, work(-np.inf), s_all)
+        per = -(-case.S // min(self.PARTS, case.S))
+        outs, lses = [], []
+        for a in range(0, case.S, per):
+            s = s_all[..., a : a + per]
+            m = s.max(axis=-1, keepdims=True)
+            p = rnd(np.exp(s - np.where(np.isneginf(m), work(0), m)))
+            l = p.sum(axis=-1, keepdims=True)
+            outs.append(rnd((p @ v[:, idx, a : a + per]) / np.where(l > 0, l, 1)))
+            with np.errstate(divide="ignore"):
+                lses.append(np.where(l > 0, m + np.log(np.where(l > 0, l, 1)), -np.inf).astype(work))
+        lse = np.stack(lses)
+        top = lse.max(axis=0)
+        top = np.where(np.isneginf(top), work(0), top)
+        w = np.exp(lse - top)
+        total = w.sum(axis=0)
+        out = sum(wi * o for wi, o in zip(w, outs))
+        return np.where(total > 0, out / np.where(total > 0, total, 1), work(0))
+
+
 # -- not admitted: Q pre-scaled in the input dtype ----------------------------------------------------
 class QPrescaled(ZooKernel):
     """softmax(round_d(Q * scale) K^T) V: Q multiplied by the scale *in the input dtype* before QK^T
@@ -663,6 +701,7 @@ MORE: dict[str, type[ZooKernel]] = {
         Float64AsFloat32,
         ReturnsWeights,
         DropoutFa2,
+        SplitRoundedEverything,
     )
 }
 
