@@ -61,7 +61,11 @@ MaskSense = Literal["blocked", "attend"]
 MemoryScaling = Literal["linear", "quadratic"]
 MEMORY_SCALINGS: tuple[str, ...] = ("linear", "quadratic")
 LseBase = Literal["e", "2"]
-LseEmpty = Literal["-inf", "+inf"]
+LseEmpty = Literal["-inf", "+inf", "large-negative"]
+# "large-negative": a kernel that fills blocked scores with a large finite negative number (XLA's
+# jax.nn.dot_product_attention: -0.7 x the float32 maximum) returns about that number as the lse of a
+# row that sees no key; the suite accepts any value at or below this bound there (or -inf).
+LSE_LARGE_NEGATIVE_MAX = -1e30
 MeanVKeys = Literal["sequence", "buffer"]
 # The all-blocked policy name a varlen case gets from a kernel whose mean-v fill averages the whole
 # padded key buffer (Declaration.mean_v_keys="buffer"); only the variant oracle knows it.
@@ -305,7 +309,8 @@ class Declaration:
     causal_with_mask: bool | None = None
     # Variants (FlashAttention's signature; conformance/oracle_variants.py): sliding window, softcap,
     # ALiBi slopes, and a returned log-sum-exp [B, Hq, T] in ``lse_base`` ("e": natural log, "2":
-    # log2) with ``lse_empty`` on rows that see no key (FlashAttention 2 returns +inf there);
+    # log2) with ``lse_empty`` on rows that see no key (FlashAttention 2 returns +inf there; jax a
+    # large finite negative number, "large-negative");
     # ``varlen``: the kernel takes per-sequence lengths (Case.seqlens_q / seqlens_k).
     window: bool = False
     softcap: bool = False
@@ -355,8 +360,8 @@ class Declaration:
             raise ValueError(f"mean_v_keys={self.mean_v_keys!r}; 'sequence' or 'buffer'")
         if self.lse_base not in ("e", "2"):
             raise ValueError(f"lse_base={self.lse_base!r}; 'e' or '2'")
-        if self.lse_empty not in ("-inf", "+inf"):
-            raise ValueError(f"lse_empty={self.lse_empty!r}; '-inf' or '+inf'")
+        if self.lse_empty not in ("-inf", "+inf", "large-negative"):
+            raise ValueError(f"lse_empty={self.lse_empty!r}; '-inf', '+inf' or 'large-negative'")
         if self.memory_scaling not in (None, *MEMORY_SCALINGS):
             raise ValueError(f"memory_scaling={self.memory_scaling!r}; one of {MEMORY_SCALINGS} or None")
         if self.backend is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:+/-]*", self.backend):

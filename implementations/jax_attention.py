@@ -56,9 +56,11 @@ Variants (issue 12), passed through jax's own arguments and measured against the
   (the contract's own layout), positions top-left per sequence; padded query rows come back 0.
   A row that sees no key gets the mean of V over the whole padded key axis, padding included (a
   sequence with no keys averages the padding): declared ``mean_v_keys='buffer'``.
-* no softcap, ALiBi, paged cache or appended keys: not applicable by declaration. (``return_residual``
-  returns an lse, but a row that sees no key gets a finite -0.7 * float32 max + log S, neither
-  declared convention; not declared.)
+* ``return_residual=True`` returns the lse ([B, T, N] transposed to [B, N, T]; natural log, in the
+  inputs' dtype, from the float32 softmax). A row that sees no key gets the log-sum-exp of the
+  masked logits' fill: -0.7 x float32 max (about -2.38e38; -inf in float16, where the cast overflows),
+  declared ``lse_empty='large-negative'``.
+* no softcap, ALiBi, paged cache or appended keys: not applicable by declaration.
 
 ``cudnn`` is GPU only and not measured here (no GPU in the session that wrote it).
 """
@@ -155,12 +157,32 @@ def _pullback(fn, q, k, v, bias, mask, window, q_len, kv_len, g, **static: Any):
     return pullback(g)
 
 
+def _attention_lse(q, k, v, bias, mask, window, q_len, kv_len, **static: Any):
+    """Contract layout in, (output [B, N, T, H], lse [B, N, T]) out: jax's ``return_residual=True``
+    returns the logsumexp of each row in [B, T, N], natural log, in the inputs' dtype."""
+    t = functools.partial(jnp.swapaxes, axis1=1, axis2=2)
+    out, lse = jax.nn.dot_product_attention(
+        t(q),
+        t(k),
+        t(v),
+        bias=bias,
+        mask=mask,
+        query_seq_lengths=q_len,
+        key_value_seq_lengths=kv_len,
+        local_window_size=window,
+        return_residual=True,
+        **static,
+    )
+    return t(out), t(lse)
+
+
 _vjp = functools.partial(_pullback, _attention)
 _native_vjp = functools.partial(_pullback, _native)
 
 
 _STATIC = ("is_causal", "scale", "implementation")
 _attention_jit = jax.jit(_attention, static_argnames=_STATIC)
+_attention_lse_jit = jax.jit(_attention_lse, static_argnames=_STATIC)
 _vjp_jit = jax.jit(_vjp, static_argnames=_STATIC)
 _native_jit = jax.jit(_native, static_argnames=_STATIC)
 _native_vjp_jit = jax.jit(_native_vjp, static_argnames=_STATIC)
@@ -253,6 +275,16 @@ class JaxAttention:
         with jax.enable_x64(True), _compile_refusals():
             arrays, static = self._args(case)
             return _to_numpy(self._run(case, _attention_jit, _attention, *arrays, **static))
+
+    def forward_with_lse(self, case: Case) -> tuple[np.ndarray, np.ndarray]:
+        """``return_residual=True``: the output and jax's logsumexp, transposed to [B, Hq, T]."""
+        with jax.enable_x64(True), _compile_refusals():
+            arrays, static = self._args(case)
+            out, lse = self._run(case, _attention_lse_jit, _attention_lse, *arrays, **static)
+            lse = _to_numpy(lse)
+            if case.dtype == "bfloat16":  # the guard takes NumPy float dtypes; bfloat16 -> float32 is exact
+                lse = lse.astype(np.float32)
+            return _to_numpy(out), lse
 
     def vjp(self, case: Case, grad_out: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         with jax.enable_x64(True), _compile_refusals():
@@ -417,6 +449,9 @@ _XLA = Declaration(
     varlen=True,
     kv_lengths=True,
     mean_v_keys="buffer",
+    returns_lse=True,
+    lse_base="e",
+    lse_empty="large-negative",
     backend="xla",
     notes=(
         "jax 0.10 jax.nn.dot_product_attention, implementation='xla', jitted (float16 on CPU runs "
@@ -426,8 +461,9 @@ _XLA = Declaration(
         "argument; not batch invariant; float64 logits but float32 softmax (~1e-7 error). "
         "Variants: local_window_size (left, right) top-left like is_causal, query_seq_lengths / "
         "key_value_seq_lengths per sequence (padded form; padded query rows 0); a row that sees no "
-        "key averages the whole padded key buffer, padding included (mean_v_keys=buffer). No "
-        "softcap, ALiBi or paged cache argument."
+        "key averages the whole padded key buffer, padding included (mean_v_keys=buffer); "
+        "return_residual's lse, natural log, about -2.38e38 on rows that see no key "
+        "(lse_empty=large-negative). No softcap, ALiBi or paged cache argument."
     ),
 )
 
@@ -447,6 +483,7 @@ cudnn = JaxAttention(
         window=False,
         varlen=False,
         kv_lengths=False,
+        returns_lse=False,
         notes=(
             "jax.nn.dot_product_attention(implementation='cudnn'): GPU only, fp16/bf16, head dim "
             "<= 128. NOT measured by the author (no GPU); all_blocked and determinism unverified."

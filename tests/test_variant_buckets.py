@@ -3,8 +3,8 @@ profile, conformance.harness.buckets.spread) still catch every mutant they claim
 
 test_clauses_bite.py runs the mutants as kernels that do not compile per shape (every case in every
 dtype); here they run behind ``compiles_per_shape = True``, as jax does, where each case of
-WINDOW-ALIGN-02, WINDOW-CAUSAL-03, VARLEN-EDGES-04 and KV-LENGTHS-01 runs in one dtype only, and
-must still fail the clause in some dtype, while the correct kernel passes in all.
+WINDOW-ALIGN-02, WINDOW-CAUSAL-03, VARLEN-EDGES-04, KV-LENGTHS-01, LSE-01 and LSE-GQA-02 runs in one
+dtype only, and must still fail the clause in some dtype, while the correct kernel passes in all.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from tests.clause_runner import dtypes_for, load_clauses, run_clause
 from tests.test_buckets import CompilingPerShape
 
-SPREAD = ["WINDOW-ALIGN-02", "WINDOW-CAUSAL-03", "VARLEN-EDGES-04", "KV-LENGTHS-01"]
+SPREAD = ["WINDOW-ALIGN-02", "WINDOW-CAUSAL-03", "VARLEN-EDGES-04", "KV-LENGTHS-01", "LSE-01", "LSE-GQA-02"]
 CLAUSES = load_clauses()
 PAIRS = [(cid, kill) for cid in SPREAD for kill in CLAUSES[cid].kills]
 

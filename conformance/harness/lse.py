@@ -3,9 +3,10 @@
 FlashAttention returns ``softmax_lse`` [B, Hq, T] (its backward and split-KV merges live on it), and
 the bugs are conventions: base 2 (the kernel works in exp2 and forgets to convert), the head axis in
 the kv-major order under GQA, and the value on a row that sees no key (``-inf`` by the definition,
-``+inf`` in FlashAttention 2's kernels). A kernel declares ``lse_base`` and ``lse_empty``; the oracle's
-natural-log lse is converted to the declared base and compared under a first-order bound, and a
-mismatch says which known convention the values follow instead.
+``+inf`` in FlashAttention 2's kernels, a large finite negative number in jax's). A kernel declares
+``lse_base`` and ``lse_empty``; the oracle's natural-log lse is converted to the declared base and
+compared under a first-order bound, and a mismatch says which known convention the values follow
+instead.
 
 Allowance per row (the harness's error model, :mod:`conformance.harness.tolerance`, on the lowered
 case): ``eps_row + gamma(2S + 8) + u_a |lse| + max(u_w |lse|, eta)``. ``eps_row`` bounds the error of
@@ -22,7 +23,7 @@ import math
 import numpy as np
 
 from conformance import oracle_variants
-from conformance.contract import Case, Declaration
+from conformance.contract import LSE_LARGE_NEGATIVE_MAX, Case, Declaration
 from conformance.harness import compare, tolerance
 from conformance.harness.guarded import GuardedAdapter
 from conformance.harness.report import ClauseViolation, mismatch_report
@@ -43,8 +44,17 @@ def expected_lse(case: Case, decl: Declaration) -> np.ndarray:
     lse = np.array(fwd.lse, dtype=np.float64)
     if decl.lse_base == "2":
         lse = lse / LN2
-    lse[fwd.all_blocked] = math.inf if decl.lse_empty == "+inf" else -math.inf
+    lse[fwd.all_blocked] = math.inf if decl.lse_empty == "+inf" else -math.inf  # large-negative: -inf stands in
     return lse
+
+
+def _wrong_empty(got: np.ndarray, want: np.ndarray, empty: np.ndarray, decl: Declaration) -> np.ndarray:
+    """Rows that see no key whose lse is not the declared value: exactly -inf or +inf, or, for
+    ``large-negative``, anything at or below LSE_LARGE_NEGATIVE_MAX (-inf included)."""
+    if decl.lse_empty == "large-negative":
+        with np.errstate(invalid="ignore"):
+            return empty & ~(got <= LSE_LARGE_NEGATIVE_MAX)
+    return empty & (got != want)
 
 
 def lse_allowance(case: Case, decl: Declaration) -> np.ndarray:
@@ -105,7 +115,7 @@ def assert_lse_matches(impl: GuardedAdapter, case: Case) -> tuple[np.ndarray, np
     pad = np.broadcast_to(oracle_variants.padding(case)[:, None, :], want.shape)  # varlen rows past the end
     got, want = np.where(pad, 0.0, got), np.where(pad, 0.0, want)
     empty = ~np.isfinite(want)
-    wrong_empty = empty & (got != want)
+    wrong_empty = _wrong_empty(got, want, empty, decl)
     if wrong_empty.any():
         b, h, t = (int(i) for i in np.argwhere(wrong_empty)[0])
         raise ClauseViolation(
