@@ -7,15 +7,15 @@ sums. A clause that fails one of them has an allowance that refuses an honest fo
 is the failure the error model exists to prevent. Clauses the zoo's declarations rule out (dropout,
 input validation, returned weights, batch invariance) are not applicable, and say so.
 
-tests/zoo_more.py adds sixteen held-out kernels: formulations (FA2 tiles of 64 x 128 with its
+tests/zoo_more.py adds seventeen held-out kernels: formulations (FA2 tiles of 64 x 128 with its
 backward, a finite -FLT_MAX running max with skipped tiles, FlashAttention-4's conditional
 rescaling, the denominator from the rounded P, D from the fp32 output, FA2's split-KV combine,
 Hugging Face's finfo.min mask, GQA by index arithmetic, float64 pairwise sums, fast-math ex2/rcp,
-split-KV with every rounding a kernel may make) and kernels that declare a convention and follow
-it (causal bottom-right, NaN on empty rows, float64 computed in float32, returned weights, FA2's
-dropout). Running all of them on every clause in every dtype
-costs ~16 kernels' worth of clause time, so the default (ci) run deals each (clause, dtype) pair to
-one of them, round robin over the kernels the clause applies to: every pair is run once, on some
+a split-KV forward and a backward with every rounding a kernel may make) and kernels that declare
+a convention and follow it (causal bottom-right, NaN on empty rows, float64 computed in float32,
+returned weights, FA2's dropout). Running all of them on every clause in every dtype costs ~17
+kernels' worth of clause time, so the default (ci) run deals each (clause, dtype) pair to one of
+them, round robin over the kernels the clause applies to: every pair is run once, on some
 held-out kernel, for about one kernel's cost. ``--conformance-profile=thorough`` runs every one of
 them on every pair (and the random-seed runs in docs/tolerance.md ran each in full).
 """

@@ -54,6 +54,9 @@ zoo-dropout-fa2                 FA2's dropout: a counter-based keep-mask on the 
 zoo-split-rounded-everything    split-KV in 3 parts, each rounding P, summing l from the rounded P and
                                 storing its partial output in the input dtype, then the output's own
                                 rounding: four roundings between a weight and the output
+zoo-bwd-rounded-everything      FA2's forward; a backward using the rounded P for dV *and* inside dS,
+                                D from the rounded output, dS rounded, each query head's dK, dV share
+                                rounded before the GQA group sum
 ==============================  =================================================================
 """
 
@@ -654,6 +657,35 @@ class SplitRoundedEverything(ZooKernel):
         return np.where(total > 0, out / np.where(total > 0, total, 1), work(0))
 
 
+# -- 17. a backward with every rounding a kernel may make ------------------------------------------------
+class BwdRoundedEverything(TiledK128Q64):
+    """FA2's forward; a backward that uses the *rounded* P both for dV and inside dS = P (dP - D),
+    takes D from the rounded output, rounds dS, and stores each query head's dK, dV share in the
+    input dtype before the GQA group sum (autograd through a repeat of K and V)."""
+
+    name = "zoo-bwd-rounded-everything"
+    has_grad = True
+
+    def vjp(self, case: Case, grad_out: np.ndarray):
+        work, q, k, v = _operands(case)
+        rnd = _rounder(case, work)
+        idx = _kv_index(case)
+        o32, lse = self._forward(case, work, q, k, v)
+        do = np.asarray(grad_out).astype(work)
+        d = self._delta(case, do, o32)
+        blocked, bias = self._mask(case, work)
+        sc = work(case.effective_scale)
+        s = np.where(blocked, work(-np.inf), (q @ np.swapaxes(k[:, idx], -1, -2)) * sc + bias)
+        live = np.isfinite(lse)
+        p = rnd(np.where(live, np.exp(s - np.where(live, lse, 0)), work(0)))
+        dv = rnd(np.swapaxes(p, -1, -2) @ do)
+        ds = rnd(p * (do @ np.swapaxes(v[:, idx], -1, -2) - d))
+        dq = (ds @ k[:, idx]) * sc
+        dk = rnd((np.swapaxes(ds, -1, -2) @ q) * sc)
+        lowp = np_dtype(case.dtype)
+        return dq.astype(lowp), _sum_groups(dk, case.Hkv).astype(lowp), _sum_groups(dv, case.Hkv).astype(lowp)
+
+
 # -- not admitted: Q pre-scaled in the input dtype ----------------------------------------------------
 class QPrescaled(ZooKernel):
     """softmax(round_d(Q * scale) K^T) V: Q multiplied by the scale *in the input dtype* before QK^T
@@ -702,6 +734,7 @@ MORE: dict[str, type[ZooKernel]] = {
         ReturnsWeights,
         DropoutFa2,
         SplitRoundedEverything,
+        BwdRoundedEverything,
     )
 }
 
