@@ -101,6 +101,7 @@ SPREAD_KILLS = [
     ("SELF-CONSISTENT-01", "reused_accumulator"),
     ("INPUTS-LAYOUT-02", "assumes_c_contiguous"),
     ("SCALE-CUSTOM-03", "ignore_custom_scale"),
+    ("DETERMINISM-01", "nondeterministic_noise"),
     ("MASK-BEFORE-SOFTMAX-01", "mask_after_softmax"),
     ("MASK-ALL-FALSE-08", "mask_times_neg_inf"),
     ("MASK-ALL-FALSE-08", "mask_sense_inverted"),
