@@ -14,10 +14,10 @@ drawn clauses use the same switch, ``strategies.space_for``):
   A clause whose property depends on particular sizes (tile tails, head dims, long keys, golden
   fixtures) does not ask.
 * :func:`spread`: a clause that checks the same property on several shapes (T < S and T > S, GQA
-  ratios 3:1, 2:1 and MQA, tile tails) runs, for a bucketed kernel, each shape in one declared
-  dtype (round robin) instead of every shape in every dtype: across the run every shape is still
-  checked, and every dtype on at least one of them. The property is dtype-independent where this is
-  used; a clause about a dtype (precision, range) does not spread.
+  ratios 3:1, 2:1 and MQA, tile tails), mask forms, scales or gradient features runs, for a
+  bucketed kernel, each of them in one declared dtype (round robin) instead of each in every dtype:
+  across the run every one is still checked, and every dtype on at least one of them. The property
+  is dtype-independent where this is used; a clause about a dtype (precision, range) does not spread.
 
 Both keep what a clause checks for the kernels that do not compile per shape, which is what the
 mutant self-tests (tests/test_clauses_bite.py) run.
