@@ -91,16 +91,18 @@ def test_varlen_causal(impl, dtype):
 
 @clause(
     "VARLEN-WINDOW-ALIBI-03",
-    "sliding windows and ALiBi distances over a varlen batch use each sequence's own query and key lengths",
+    "sliding windows (and ALiBi distances, where the kernel takes ALiBi) over a varlen batch use each sequence's own query and key lengths",
     VARLEN_WINDOW,
-    requires=["varlen", "window", "alibi"],
+    requires=["varlen", "window"],
     kills=["varlen_global_offset"],
 )
 def test_varlen_window_alibi(impl, dtype):
-    case = ragged(1020, dtype, [3, 7, 5], [11, 7, 6], Hq=6, Hkv=2, Dk=8).replace(window=(2, 1))
+    # Head dim 16 >= S: the V = I probe keeps the case's shapes (one program for a compiling kernel).
+    case = ragged(1020, dtype, [3, 7, 5], [11, 7, 6], Hq=6, Hkv=2, Dk=16).replace(window=(2, 1))
     impl.require(case)
     check_blocked_pattern(impl, case)
-    assert_variant_output(impl, case.replace(alibi_slopes=slopes(6)))
+    alibi = case.replace(alibi_slopes=slopes(6))
+    assert_variant_output(impl, alibi if impl.supports(alibi) else case)
 
 
 @clause(
