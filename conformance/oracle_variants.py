@@ -23,6 +23,9 @@ all-blocked fills) is the base oracle's (:mod:`conformance.oracle`), reused, not
 :func:`lower` turns a variant case into a base case that means the same thing in float64 (the
 window folded into the boolean mask, ALiBi and the softcap's change of each score into the
 additive bias), which is how the harness sizes allowances for variant cases with the one error model.
+:func:`vjp` is the backward (the softcap's derivative included) and sinks (``Case.sinks``) a term in
+every row's denominator. The module is longer than most because forward, backward and lowering must
+read the variants the same way; split, they would drift.
 """
 
 from __future__ import annotations
