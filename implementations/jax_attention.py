@@ -109,8 +109,10 @@ __all__ = ["JaxAttention", "xla", "cudnn"]
 
 
 def _to_jax(a: np.ndarray) -> jax.Array:
-    # ml_dtypes.bfloat16 is jax's own bfloat16, so every dtype crosses without conversion.
-    return jnp.asarray(np.array(a, copy=True))
+    # ml_dtypes.bfloat16 is jax's own bfloat16, so every dtype crosses without conversion. device_put, not
+    # jnp.asarray: the latter compiles a small copy program per input shape (a third of all XLA compilations
+    # of a cold certification, counted with scripts/jax_compiles.py); device_put compiles nothing.
+    return jax.device_put(np.array(a, copy=True))
 
 
 def _to_numpy(a: jax.Array) -> np.ndarray:
@@ -201,9 +203,9 @@ def _variant_args(case: Case) -> tuple[Any, Any, Any]:
     window = None
     if case.window is not None:
         wide = case.T + case.S
-        window = tuple(jnp.asarray(wide if int(w) < 0 else int(w), dtype=jnp.int32) for w in case.window)
-    q_len = None if case.seqlens_q is None else jnp.asarray(np.asarray(case.seqlens_q), dtype=jnp.int32)
-    kv_len = None if case.seqlens_k is None else jnp.asarray(np.asarray(case.seqlens_k), dtype=jnp.int32)
+        window = tuple(jax.device_put(np.int32(wide if int(w) < 0 else int(w))) for w in case.window)
+    q_len = None if case.seqlens_q is None else jax.device_put(np.asarray(case.seqlens_q, dtype=np.int32))
+    kv_len = None if case.seqlens_k is None else jax.device_put(np.asarray(case.seqlens_k, dtype=np.int32))
     return window, q_len, kv_len
 
 
@@ -242,10 +244,10 @@ class JaxAttention:
         bias = None
         if case.bias is not None:
             bias_dtype = np.float64 if case.dtype == "float64" else np.float32
-            bias = jnp.asarray(_as_4d(np.asarray(case.bias, dtype=np.float64)).astype(bias_dtype))
+            bias = jax.device_put(_as_4d(np.asarray(case.bias, dtype=np.float64)).astype(bias_dtype))
         mask = None
         if case.mask is not None:
-            mask = jnp.asarray(~_as_4d(np.asarray(case.mask, dtype=bool)))
+            mask = jax.device_put(np.ascontiguousarray(~_as_4d(np.asarray(case.mask, dtype=bool))))
         arrays = [_to_jax(case.query), _to_jax(case.key), _to_jax(case.value), bias, mask, *_variant_args(case)]
         static = {
             "is_causal": bool(case.is_causal),

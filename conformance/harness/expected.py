@@ -42,7 +42,8 @@ def case_key(case: Case) -> str:
     if case.has_variant:
         slopes = None if case.alibi_slopes is None else np.asarray(case.alibi_slopes, dtype=np.float64)
         lens = [None if x is None else np.asarray(x).tolist() for x in (case.seqlens_q, case.seqlens_k)]
-        h.update(repr((case.window, case.softcap, None if slopes is None else slopes.tolist(), lens)).encode())
+        sinks = None if case.sinks is None else np.asarray(case.sinks, dtype=np.float64).tolist()
+        h.update(repr((case.window, case.softcap, None if slopes is None else slopes.tolist(), lens, sinks)).encode())
     return h.hexdigest()
 
 

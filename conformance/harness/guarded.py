@@ -53,6 +53,7 @@ def declarations_ruling_out(case: Case, decl: Declaration) -> list[str]:
         (case.window is not None, "window=false"),
         (bool(case.softcap), "softcap=false"),
         (case.alibi_slopes is not None, "alibi=false"),
+        (case.sinks is not None, "sinks=false"),
         (case.seqlens_q is not None, "varlen=false"),
         (case.seqlens_k is not None and case.seqlens_q is None, "kv_lengths=false --declare varlen=false"),
         (case.kv_form is not None and case.kv_form.page_size is not None, "paged_kv=false"),
@@ -160,6 +161,8 @@ class GuardedAdapter:
             inputs.append(("bias", case.bias))
         if case.alibi_slopes is not None:
             inputs.append(("alibi_slopes", case.alibi_slopes))
+        if case.sinks is not None:
+            inputs.append(("sinks", case.sinks))
         inputs.extend(extra_inputs)
         snapshots = [(n, np.array(a, copy=True)) for n, a in inputs]
         self.calls += 1
