@@ -4,7 +4,9 @@ tests/zoo_kernels.py holds the first eight. These are written the same way (NumP
 harness or the oracle imported, only the contract and the zoo's contract plumbing) from the
 descriptions of further formulations production kernels use. Each must CONFORM on every clause
 (tests/test_zoo.py registers them). A failure of one of them is a false alarm of the suite unless
-the kernel is in fact wrong by the spec; docs/tolerance.md records what was found.
+the kernel is in fact wrong by the spec; docs/tolerance.md records what was found. Long because it
+is one job, a catalogue of kernels that must sit side by side to be compared (each some 20-40
+lines); splitting it would only scatter the catalogue (as harness/ensemble.py says of its members).
 
 ==============================  =================================================================
 kernel                          what it imitates
