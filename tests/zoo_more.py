@@ -60,6 +60,9 @@ zoo-bwd-rounded-everything      FA2's forward; a backward using the rounded P fo
                                 D from the rounded output, dS rounded, each query head's dK, dV share
                                 rounded before the GQA group sum
 ==============================  =================================================================
+
+``NOT_ADMITTED`` holds a formulation production code uses that the suite refuses by decision
+(Q scaled in the input dtype before QK^T); its docstring says why.
 """
 
 from __future__ import annotations
