@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from conformance.contract import Case, np_dtype
+from conformance.contract import LOW_PRECISION, Case, np_dtype
 
 TORCH_DTYPES = {
     "float64": torch.float64,
@@ -113,7 +113,7 @@ def sdpa_kwargs(
             bias = np.where(mask, -np.inf, bias)
         if case.dtype == "float64":
             bias_dtype = torch.float64
-        elif case.dtype in ("float16", "bfloat16") and half_bias == "query":
+        elif case.dtype in LOW_PRECISION and half_bias == "query":
             bias_dtype = TORCH_DTYPES[case.dtype]
         else:
             bias_dtype = torch.float32

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from flash_attn import flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache
 
+from conformance.contract import LOW_PRECISION
 from implementations.flash_attn_function import (
     FLASH_ATTN_DEFAULTS,
     FLASH_ATTN_VARLEN_DEFAULTS,
@@ -27,7 +28,7 @@ from implementations.flash_attn_function import (
 from implementations.flash_attn_kvcache import FLASH_ATTN_KVCACHE_DEFAULTS, FlashAttnKVCacheFunctionAdapter
 
 FA2 = dict(
-    dtypes=frozenset({"float16", "bfloat16"}),
+    dtypes=LOW_PRECISION,
     max_head_dim=256,
     requires_dk_eq_dv=True,
     lse_empty="+inf",

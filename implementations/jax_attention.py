@@ -75,7 +75,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from conformance.contract import Case, Declaration, NotApplicable, np_dtype
+from conformance.contract import DTYPES, LOW_PRECISION, Case, Declaration, NotApplicable, np_dtype
 
 
 def _enable_compilation_cache() -> str | None:
@@ -427,7 +427,7 @@ def _compile_refusals():
 
 
 _XLA = Declaration(
-    dtypes=frozenset({"float64", "float32", "float16", "bfloat16"}),
+    dtypes=frozenset(DTYPES),
     device="cpu",
     grad=True,
     dropout=False,
@@ -475,7 +475,7 @@ cudnn = JaxAttention(
     "jax-cudnn",
     "cudnn",
     _XLA.replace(
-        dtypes=frozenset({"float16", "bfloat16"}),
+        dtypes=LOW_PRECISION,
         device="cuda",
         deterministic=False,
         max_head_dim=128,

@@ -62,7 +62,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from conformance.contract import Case, Declaration, NotApplicable
+from conformance.contract import DTYPES, LOW_PRECISION, Case, Declaration, NotApplicable
 from implementations._torch import TORCH_DTYPES, qkv, sdpa_kwargs, to_numpy, to_torch
 
 __all__ = [
@@ -292,7 +292,7 @@ _BACKEND_OPS = (
 )
 
 _ALL = frozenset(TORCH_DTYPES)
-_HALF = frozenset({"float16", "bfloat16"})
+_HALF = LOW_PRECISION
 
 _CPU = Declaration(
     dtypes=_ALL,
@@ -401,7 +401,7 @@ cuda_flash = TorchSDPA(
 cuda_efficient = TorchSDPA(
     "torch-sdpa-cuda-efficient",
     _CUDA.replace(
-        dtypes=frozenset({"float32", "float16", "bfloat16"}),
+        dtypes=frozenset(DTYPES) - {"float64"},
         backend="efficient",
         memory_scaling="linear",
         notes=_CUDA_UNMEASURED

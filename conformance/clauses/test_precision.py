@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.contract import Case
+from conformance.contract import LOW_PRECISION, Case
 from conformance.harness import compare
 from conformance.harness.cases import cast, rng_for
 from conformance.harness.clause import Source, clause
@@ -60,7 +60,7 @@ def large_logit_case(dtype: str, c: float, seed: int, Dk: int = 64, S: int = 16,
     "UPCAST-01",
     "fp16/bf16 inputs whose QK^T overflows float16 (or loses its fine structure in bfloat16) give finite outputs matching the oracle, in the input dtype",
     UPCAST,
-    dtypes=["float16", "bfloat16"],
+    dtypes=sorted(LOW_PRECISION, reverse=True),
     kills=["no_upcast@float16", "no_upcast@bfloat16"],
 )
 def test_upcast_before_product(impl, dtype):

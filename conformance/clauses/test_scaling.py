@@ -16,7 +16,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from conformance.contract import Case
+from conformance.contract import DTYPES, Case
 from conformance.harness import buckets, compare
 from conformance.harness.cases import cast, random_case, rng_for
 from conformance.harness.clause import Source, clause
@@ -58,7 +58,7 @@ def _dims(max_head_dim: int | None) -> tuple[int, ...]:
 )
 def test_score_variance_near_one(impl):
     decl = impl.declaration
-    dtype = next((d for d in ("float64", "float32", "float16", "bfloat16") if d in decl.dtypes), None)
+    dtype = next((d for d in DTYPES if d in decl.dtypes), None)
     if dtype is None:
         impl.not_applicable("declares no floating dtype")
     dims = _dims(decl.max_head_dim)
