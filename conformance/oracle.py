@@ -55,6 +55,12 @@ def expand_kv(x: np.ndarray, hq: int) -> np.ndarray:
     return np.repeat(x, hq // hkv, axis=1)
 
 
+def fold_query_heads(x: np.ndarray, hkv: int) -> np.ndarray:
+    """The adjoint of :func:`expand_kv`: sum the query heads that share a kv head ([B, Hq, N, D] -> [B, Hkv, N, D])."""
+    b, hq, n, d = x.shape
+    return x.reshape(b, hkv, hq // hkv, n, d).sum(axis=2)
+
+
 def _f64(x) -> np.ndarray:
     return np.asarray(x).astype(np.float64)
 
@@ -110,7 +116,6 @@ def vjp(
     """
     fwd = forward(case, all_blocked=all_blocked, causal_alignment=causal_alignment)
     q, k, v = _f64(case.query), _f64(case.key), _f64(case.value)
-    g = case.Hq // case.Hkv
     ke, ve = expand_kv(k, case.Hq), expand_kv(v, case.Hq)
     do = _f64(grad_out)
     p = fwd.weights
@@ -122,11 +127,7 @@ def vjp(
     dq = np.einsum("bhts,bhsd->bhtd", ds, ke) * scale
     dk_e = np.einsum("bhts,bhtd->bhsd", ds, q) * scale
 
-    def fold(x: np.ndarray) -> np.ndarray:  # sum the query heads that share a kv head
-        b, _, s, d = x.shape
-        return x.reshape(b, case.Hkv, g, s, d).sum(axis=2)
-
-    return dq, fold(dk_e), fold(dv_e)
+    return dq, fold_query_heads(dk_e, case.Hkv), fold_query_heads(dv_e, case.Hkv)
 
 
 # -- long sequences -------------------------------------------------------------------------------

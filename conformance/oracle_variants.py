@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from conformance.contract import MEAN_V_BUFFER, Case
-from conformance.oracle import Forward, blocked_and_bias, expand_kv
+from conformance.oracle import Forward, blocked_and_bias, expand_kv, fold_query_heads
 
 
 @dataclass(frozen=True)
@@ -237,13 +237,8 @@ def vjp(
         ds = ds * (1.0 - np.tanh(np.einsum("bhtd,bhsd->bhts", q, ke) * scale / c) ** 2)
     dq = np.einsum("bhts,bhsd->bhtd", ds, ke) * scale
     dk_e = np.einsum("bhts,bhtd->bhsd", ds, q) * scale
-    g = case.Hq // case.Hkv
 
-    def fold(x: np.ndarray) -> np.ndarray:  # sum the query heads that share a kv head
-        b, _, n, d = x.shape
-        return x.reshape(b, case.Hkv, g, n, d).sum(axis=2)
-
-    return dq, fold(dk_e), fold(dv_e)
+    return dq, fold_query_heads(dk_e, case.Hkv), fold_query_heads(dv_e, case.Hkv)
 
 
 def lower(case: Case, causal_alignment: str = "top-left") -> Case:

@@ -78,7 +78,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from conformance.contract import Case
-from conformance.oracle import Forward, expand_kv
+from conformance.oracle import Forward, expand_kv, fold_query_heads
 
 C_ENS = 2.0
 C_S = 4.0
@@ -254,8 +254,7 @@ def grad_bound(
     )
 
     def fold(x: np.ndarray) -> np.ndarray:
-        b, _, s, d = x.shape
-        return x.reshape(b, case.Hkv, g, s, d).sum(axis=2)
+        return fold_query_heads(x, case.Hkv)
 
     out = []
     for exact_e, pre_e in ((dk_e, pre_k), (dv_e, pre_v)):
