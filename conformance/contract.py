@@ -19,6 +19,11 @@ An adapter is any object with:
 The declaration says what the kernel supports and which conventions it follows; the suite selects
 clauses from it and tests every declared convention *as declared*.
 
+The module is longer than the protocol above because ``Case`` and ``Declaration`` are the whole
+vocabulary shared by adapters and the suite (every field documented where it is defined, with its
+default chosen so that an adapter declaring nothing about a variant is unaffected by it); split, an
+adapter would import several modules for one contract.
+
 Optional, for the performance profile (``pytest --conformance-perf``; conformance/harness/perf*.py).
 An adapter without them is still profiled, through ``forward``/``vjp``, and the report says so:
 
