@@ -7,8 +7,8 @@ fire only past a size (head dims past 128, T x S past a workspace, many (batch, 
 long decode histories, causal tile skipping), bugs on one path of a combination (GQA with a
 per-head mask, a dtype-specific path), backward-only bugs (a tiled backward, dK's scale, the
 backward's own mask), and layout or indexing mix-ups. Every one is correct on the cases a casual
-test would try; see each docstring for where it is wrong. ``tests/test_heldout.py`` runs each
-through the clause that claims it, and ``tests/test_clauses_bite.py`` checks every claimed kill.
+test would try; see each docstring for where it is wrong. Each is claimed by the clause that
+catches it (its ``kills``), and ``tests/test_clauses_bite.py`` checks every claimed kill.
 
 Long (~300 lines) because it is a catalogue: one small class per bug, no shared logic beyond the
 base kernels of ``tests.mutants`` and ``tests.mutants_features``.
@@ -16,32 +16,11 @@ base kernels of ``tests.mutants`` and ``tests.mutants_features``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
 from conformance.contract import np_dtype
 from tests.mutants import BaseKernel, mutant
 from tests.mutants_features import GradKernel
-
-# name -> (factory, the clause that catches it run alone, the dtype it shows in or None for any):
-# mutants caught by clauses of other modules, whose kill lists these do not (yet) name; the mutants
-# the clauses of this wave claim are registered with ``mutant`` and checked by test_clauses_bite.
-HELDOUT: dict[str, tuple] = {}
-
-
-def heldout(name: str, caught_by: str) -> Callable[[type], type]:
-    """Register a held-out mutant with the clause (``ID`` or ``ID@dtype``) that catches it alone."""
-
-    def register(cls: type) -> type:
-        if name in HELDOUT:
-            raise ValueError(f"held-out mutant {name!r} registered twice")
-        cid, _, dtype = caught_by.partition("@")
-        HELDOUT[name] = (lambda: cls(name), cid, dtype or None)
-        cls.mutant_name = name
-        return cls
-
-    return register
 
 
 # -- state carried between calls ------------------------------------------------------------------------
@@ -254,7 +233,7 @@ class OnlineRescaleMissedAfter256(BaseKernel):
         return np.where(blocked.all(axis=-1, keepdims=True), 0.0, p)
 
 
-@heldout("fp16_normaliser_overflow_long_rows", "LONG-SEQ-CI-03@float16")
+@mutant("fp16_normaliser_overflow_long_rows")
 class Fp16NormaliserOverflowLongRows(BaseKernel):
     """float16 only: the softmax denominator is kept in float16 without the max subtracted when the
     row has more than 1024 keys (a long-row path), so exp-sums past 65504 overflow to inf."""
@@ -275,7 +254,7 @@ class Fp16NormaliserOverflowLongRows(BaseKernel):
 
 
 # -- one path of a combination ------------------------------------------------------------------------
-@heldout("gqa_per_head_mask_by_kv_head", "GRAD-GQA-02@float64")
+@mutant("gqa_per_head_mask_by_kv_head")
 class GqaPerHeadMaskByKvHead(BaseKernel):
     """GQA kernel looping over kv heads and their group: a per-head mask [.., Hq, T, S] is indexed
     with the kv head (h // group) instead of the query head. Right without GQA or with a mask that
@@ -290,7 +269,7 @@ class GqaPerHeadMaskByKvHead(BaseKernel):
         return super().blocked(case.replace(mask=m[:, np.arange(case.Hq) // g]))
 
 
-@heldout("bias_dropped_on_gqa_path", "ORACLE-AGREE-01@float64")
+@mutant("bias_dropped_on_gqa_path")
 class BiasDroppedOnGqaPath(BaseKernel):
     """The grouped-query path takes the boolean mask and is_causal but drops the additive M (its
     -inf entries still block): finite biases are lost under GQA only."""
@@ -302,7 +281,7 @@ class BiasDroppedOnGqaPath(BaseKernel):
         return super().weights(case)
 
 
-@heldout("bf16_causal_bottom_right", "CAUSAL-WITH-MASK-ARGS-05@bfloat16")
+@mutant("bf16_causal_bottom_right")
 class Bf16CausalBottomRight(BaseKernel):
     """A separate bfloat16 kernel (the one with tensor-core tiles) that aligns causal bottom-right
     when T != S, while every other dtype follows the declared top-left alignment."""
@@ -316,7 +295,7 @@ class Bf16CausalBottomRight(BaseKernel):
         return super().blocked(case)
 
 
-@heldout("custom_scale_ignored_with_mask", "ORACLE-AGREE-01@float64")
+@mutant("custom_scale_ignored_with_mask")
 class CustomScaleIgnoredWithMask(BaseKernel):
     """The masked path calls an inner kernel without forwarding ``scale``: a custom scale is honoured
     when there is no mask, and replaced by 1/sqrt(Dk) when a boolean mask is given."""
@@ -328,7 +307,7 @@ class CustomScaleIgnoredWithMask(BaseKernel):
 
 
 # -- backward only ----------------------------------------------------------------------------------------
-@heldout("grad_dk_missing_scale", "GRAD-VJP-01@float64")
+@mutant("grad_dk_missing_scale")
 class GradDkMissingScale(GradKernel):
     """dK = dS^T Q without the scale (dQ has it, dV needs none)."""
 
@@ -351,7 +330,7 @@ class GradTiledDropsKeyTail(GradKernel):
         return dq, dk, dv
 
 
-@heldout("grad_mask_ignored_in_backward", "GRAD-VJP-01@float64")
+@mutant("grad_mask_ignored_in_backward")
 class GradMaskIgnoredInBackward(GradKernel):
     """The backward recomputes P from the scores with is_causal but without the boolean mask."""
 
@@ -359,7 +338,7 @@ class GradMaskIgnoredInBackward(GradKernel):
         return super().weights(case.replace(mask=None))
 
 
-@heldout("grad_causal_top_left_bottom_right", "GRAD-GQA-02@float64")
+@mutant("grad_causal_top_left_bottom_right")
 class GradCausalBottomRightInBackward(GradKernel):
     """Forward top-left, as declared; the backward kernel recomputes P with bottom-right causal
     alignment, so dQ, dK, dV are wrong whenever is_causal and T != S."""
@@ -373,7 +352,7 @@ class GradCausalBottomRightInBackward(GradKernel):
         return super().weights(case.replace(is_causal=False, mask=self.blocked(case.replace(is_causal=False)) | extra))
 
 
-@heldout("grad_dv_not_summed_over_group", "GRAD-GQA-02@float64")
+@mutant("grad_dv_not_summed_over_group")
 class GradDvNotSummedOverGroup(GradKernel):
     """GQA: dV of a kv head takes only its group's first query head (dK is summed right)."""
 
@@ -387,7 +366,7 @@ class GradDvNotSummedOverGroup(GradKernel):
 
 
 # -- layout and indexing --------------------------------------------------------------------------------
-@heldout("v_read_transposed_when_square", "META-PERMUTE-01@float64")
+@mutant("v_read_transposed_when_square")
 class VReadTransposedWhenSquare(BaseKernel):
     """Guesses V's layout from its shape: a [.., S, Dv] value with S == Dv is taken to be stored
     [.., Dv, S] already (a 'pre-transposed' fast path) and transposed back."""
@@ -399,7 +378,7 @@ class VReadTransposedWhenSquare(BaseKernel):
         return q, k, v
 
 
-@heldout("batch_head_flat_index_swapped", "SHAPE-OUT-01@float64")
+@mutant("batch_head_flat_index_swapped")
 class BatchHeadFlatIndexSwapped(BaseKernel):
     """Writes program bh's output at h * B + b of a flat [B*H] buffer instead of b * H + h: right
     whenever B == 1 or H == 1."""
@@ -413,7 +392,7 @@ class BatchHeadFlatIndexSwapped(BaseKernel):
         return super().finish(res.reshape(out.shape), case)
 
 
-@heldout("lse_fp16_exp_normaliser", "DTYPE-OUT-03@float16")
+@mutant("lse_fp16_exp_normaliser")
 class LseFp16ExpNormaliser(BaseKernel):
     """float16: normalises the unshifted exp-sum by exp(lse) computed in float16, which overflows
     once a row's log-sum-exp passes ~11 (scores of ordinary size times a sharp query)."""
@@ -464,7 +443,7 @@ class GradGridWrapsPast16(GradKernel):
         return flat[np.arange(n) % 16].reshape(dq.shape), dk, dv
 
 
-@heldout("stride0_collapsed_on_head_axis", "ORACLE-AGREE-01@float64")
+@mutant("stride0_collapsed_on_head_axis")
 class Stride0CollapsedOnHeadAxis(BaseKernel):
     """Spots a broadcast (stride-0) input and takes the shared-K/V fast path, i.e. reads one slice
     along the *head* axis, whichever axis was actually broadcast."""
@@ -479,7 +458,7 @@ class Stride0CollapsedOnHeadAxis(BaseKernel):
         return super().operands(case.replace(query=fast(case.query), key=fast(case.key), value=fast(case.value)))
 
 
-@heldout("decode_path_drops_mask", "WORKED-EXAMPLE-01@float64")
+@mutant("decode_path_drops_mask")
 class DecodePathDropsMask(BaseKernel):
     """A decode kernel (T = 1) that assumes a single query attends to every key of the cache: the
     boolean mask (padding of a batched cache) is ignored when T == 1 and S > 1."""

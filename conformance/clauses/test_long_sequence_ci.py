@@ -68,7 +68,12 @@ def long_case(dtype: str, S: int, *, gqa: bool, seed: int = 420) -> Case:
     "which dominates a query's scores dominates its output (a few queries, in every profile)",
     ALL_KEYS,
     dtypes=["float32", "float16"],
-    kills=["drop_keys_beyond_4096", "drop_keys_beyond_16384", "low_precision_running_sum@float16"],
+    kills=[
+        "fp16_normaliser_overflow_long_rows@float16",
+        "drop_keys_beyond_4096",
+        "drop_keys_beyond_16384",
+        "low_precision_running_sum@float16",
+    ],
     tolerance="the error model (harness.tolerance) against forward_blocked, the blocked float64 oracle",
 )
 def test_long_keys_ci(impl, dtype):
