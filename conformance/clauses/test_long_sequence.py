@@ -44,7 +44,7 @@ NEEDLE_LENGTHS = (4096 + 1, 4096 + 17, 16384 + 5)
 @pytest.fixture(autouse=True)
 def _thorough_only():
     """Skip in the ci profile (with the way to run it), unless forced by the environment."""
-    if strategies._PROFILE["name"] != "thorough" and os.environ.get(ENV_FORCE, "") not in ("1", "true", "yes"):
+    if strategies.profile_name() != "thorough" and os.environ.get(ENV_FORCE, "") not in ("1", "true", "yes"):
         pytest.skip(
             "not in profile: the long-sequence clauses (S >= 4096) run in the thorough profile only: use "
             f"--conformance-profile=thorough (or set {ENV_FORCE}=1)"
