@@ -115,14 +115,26 @@ def vjp(
     so their score gradient is exactly zero: the finite backward the spec asks for (§8).
     """
     fwd = forward(case, all_blocked=all_blocked, causal_alignment=causal_alignment)
-    q, k, v = _f64(case.query), _f64(case.key), _f64(case.value)
-    ke, ve = expand_kv(k, case.Hq), expand_kv(v, case.Hq)
+    return backward(case, fwd, grad_out)
+
+
+def backward(
+    case: Case, fwd: Forward, grad_out: np.ndarray, *, score_derivative: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(dQ, dK, dV) from a forward's weights and blocked set: dV = P^T dO, dS = P (dP - rowsum(dP P)),
+    zero on blocked positions and on rows with a fixed fill. ``score_derivative`` ([B, Hq, T, S]), when
+    the final score is a function of the scaled product (a softcap), multiplies dS on its way back to
+    that product; the variant oracle passes it."""
+    q, v = _f64(case.query), _f64(case.value)
+    ke, ve = expand_kv(_f64(case.key), case.Hq), expand_kv(v, case.Hq)
     do = _f64(grad_out)
     p = fwd.weights
     dv_e = np.einsum("bhts,bhtd->bhsd", p, do)
     dp = np.einsum("bhtd,bhsd->bhts", do, ve)
     ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True))
     ds = np.where(fwd.blocked | fwd.all_blocked[..., None], 0.0, ds)
+    if score_derivative is not None:
+        ds = ds * score_derivative
     scale = case.effective_scale
     dq = np.einsum("bhts,bhsd->bhtd", ds, ke) * scale
     dk_e = np.einsum("bhts,bhtd->bhsd", ds, q) * scale

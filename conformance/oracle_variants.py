@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from conformance.contract import MEAN_V_BUFFER, Case
-from conformance.oracle import Forward, blocked_and_bias, expand_kv, fold_query_heads
+from conformance.oracle import Forward, backward, blocked_and_bias, expand_kv
 
 
 @dataclass(frozen=True)
@@ -222,23 +222,13 @@ def vjp(
     finite differences of a per-query loop (tests/test_oracle_variants.py).
     """
     fwd = forward(case, all_blocked=all_blocked, causal_alignment=causal_alignment)
-    q = np.asarray(case.query).astype(np.float64)
-    ke = expand_kv(np.asarray(case.key).astype(np.float64), case.Hq)
-    ve = expand_kv(np.asarray(case.value).astype(np.float64), case.Hq)
-    do = np.asarray(grad_out).astype(np.float64)
-    p = fwd.weights
-    dv_e = np.einsum("bhts,bhtd->bhsd", p, do)
-    dp = np.einsum("bhtd,bhsd->bhts", do, ve)
-    ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True))
-    ds = np.where(fwd.blocked | fwd.all_blocked[..., None], 0.0, ds)
-    scale = case.effective_scale
+    derivative = None
     if case.softcap:
-        c = float(case.softcap)
-        ds = ds * (1.0 - np.tanh(np.einsum("bhtd,bhsd->bhts", q, ke) * scale / c) ** 2)
-    dq = np.einsum("bhts,bhsd->bhtd", ds, ke) * scale
-    dk_e = np.einsum("bhts,bhtd->bhsd", ds, q) * scale
-
-    return dq, fold_query_heads(dk_e, case.Hkv), fold_query_heads(dv_e, case.Hkv)
+        q = np.asarray(case.query).astype(np.float64)
+        ke = expand_kv(np.asarray(case.key).astype(np.float64), case.Hq)
+        product = np.einsum("bhtd,bhsd->bhts", q, ke) * case.effective_scale
+        derivative = 1.0 - np.tanh(product / float(case.softcap)) ** 2
+    return backward(case, fwd, grad_out, score_derivative=derivative)
 
 
 def lower(case: Case, causal_alignment: str = "top-left") -> Case:
