@@ -79,6 +79,20 @@ class TorchFunctionAdapter:
             return "no CUDA device: torch.cuda.is_available() is False"
         return None
 
+    def _variant_kwargs(self, case: Case) -> dict[str, Any]:
+        """window_size, softcap and alibi_slopes as FlashAttention's functions take them, only those the case uses."""
+        import torch
+
+        kwargs: dict[str, Any] = {}
+        if case.window is not None:
+            kwargs["window_size"] = tuple(int(w) for w in case.window)
+        if case.softcap:
+            kwargs["softcap"] = float(case.softcap)
+        if case.alibi_slopes is not None:
+            slopes = np.asarray(case.alibi_slopes, dtype=np.float32)
+            kwargs["alibi_slopes"] = torch.from_numpy(slopes.copy()).to(self.device)
+        return kwargs
+
 
 class FlashAttnFunctionAdapter(TorchFunctionAdapter):
     """Wraps ``fn`` with FlashAttention 2's ``flash_attn_func`` signature into the adapter contract."""
@@ -97,13 +111,7 @@ class FlashAttnFunctionAdapter(TorchFunctionAdapter):
         kwargs: dict[str, Any] = {"softmax_scale": case.scale, "causal": bool(case.is_causal)}
         if case.dropout_p:
             kwargs["dropout_p"] = float(case.dropout_p)
-        if case.window is not None:
-            kwargs["window_size"] = tuple(int(w) for w in case.window)
-        if case.softcap:
-            kwargs["softcap"] = float(case.softcap)
-        if case.alibi_slopes is not None:
-            slopes = np.asarray(case.alibi_slopes, dtype=np.float32)
-            kwargs["alibi_slopes"] = torch.from_numpy(slopes.copy()).to(self.device)
+        kwargs.update(self._variant_kwargs(case))
         if case.sinks is not None:  # not FA2's: FlashInfer's / FA3's name, passed only when a case has sinks
             sinks = np.asarray(case.sinks, dtype=np.float32)
             kwargs["sinks"] = torch.from_numpy(sinks.copy()).to(self.device)

@@ -123,13 +123,7 @@ class FlashAttnKVCacheFunctionAdapter(TorchFunctionAdapter):
             kwargs["v"] = to_torch(parts["v"], self.device)
         if parts["block_table"] is not None:
             kwargs["block_table"] = to_torch(parts["block_table"], self.device)
-        if case.window is not None:
-            kwargs["window_size"] = tuple(int(w) for w in case.window)
-        if case.softcap:
-            kwargs["softcap"] = float(case.softcap)
-        if case.alibi_slopes is not None:
-            slopes = np.asarray(case.alibi_slopes, dtype=np.float32)
-            kwargs["alibi_slopes"] = torch.from_numpy(slopes.copy()).to(self.device)
+        kwargs.update(self._variant_kwargs(case))
         if form.splits:
             kwargs["num_splits"] = int(form.splits)
         if want_lse:
