@@ -608,10 +608,14 @@ def _keep(case: Case) -> np.ndarray:
 
 class DropoutFa2(TiledK128Q64):
     """FA2's dropout: P (unnormalised, fp32) multiplied by the keep-mask before it is rounded for
-    P·V, l summed from the *undropped* P, and 1/(1 - p) applied once to the output at the end."""
+    P·V, l summed from the *undropped* P, and 1/(1 - p) applied once to the output at the end. Its
+    backward replays the keep-mask from the seed (FA2 regenerates its Philox numbers from the saved
+    seed and offset), never a stored mask: over key tiles, dV += (keep * P)^T dO rounded as in the
+    forward and scaled by 1/(1 - p) at the end, dP = keep * dO V^T / (1 - p), D = rowsum(dO * O) from
+    the rounded dropped output, dS = P (dP - D) rounded, dQ accumulated in fp32."""
 
     name = "zoo-dropout-fa2"
-    has_grad = False
+    has_grad = True
 
     def __init__(self) -> None:
         super().__init__()
@@ -625,6 +629,40 @@ class DropoutFa2(TiledK128Q64):
         keep = _keep(case) if case.dropout_p > 0 else None
         out = self._forward(case, work, q, k, v, keep=keep)[0]
         return out * work(1.0 / (1.0 - case.dropout_p)) if keep is not None else out
+
+    def vjp(self, case: Case, grad_out: np.ndarray):
+        if not 0.0 <= case.dropout_p <= 1.0:
+            raise ValueError("dropout_p must lie in [0, 1]")
+        if case.dropout_p == 0.0:
+            return super().vjp(case, grad_out)
+        if case.dropout_p == 1.0:  # the output is 0 whatever the inputs: so is every gradient
+            return tuple(np.zeros(x.shape, dtype=np_dtype(case.dtype)) for x in (case.query, case.key, case.value))
+        work, q, k, v = _operands(case)
+        rnd = _rounder(case, work)
+        idx = _kv_index(case)
+        keep = _keep(case)  # replayed from the seed, as FA2's backward regenerates its Philox numbers
+        rp = work(1.0 / (1.0 - case.dropout_p))
+        o32, lse = self._forward(case, work, q, k, v, keep=keep)
+        do = np.asarray(grad_out).astype(work)
+        d = self._delta(case, do, o32 * rp)  # D = rowsum(dO * O), O the dropped output
+        blocked, bias = self._mask(case, work)
+        sc = work(case.effective_scale)
+        live = np.isfinite(lse)
+        dq = np.zeros(q.shape, dtype=work)
+        dk = np.zeros((case.B, case.Hq, case.S, case.Dk), dtype=work)
+        dv = np.zeros((case.B, case.Hq, case.S, case.Dv), dtype=work)
+        for s0, s1 in _tiles(case.S, self.KTILE):
+            kb, vb, kt = k[:, idx, s0:s1], v[:, idx, s0:s1], keep[..., s0:s1]
+            s = (q @ np.swapaxes(kb, -1, -2)) * sc + bias[..., s0:s1]
+            s = np.where(blocked[..., s0:s1], work(-np.inf), s)
+            p = np.where(live, np.exp(s - np.where(live, lse, 0)), work(0))
+            dv[:, :, s0:s1] = (np.swapaxes(rnd(np.where(kt, p, work(0))), -1, -2) @ do) * rp
+            dp = np.where(kt, (do @ np.swapaxes(vb, -1, -2)) * rp, work(0))
+            ds = rnd(p * (dp - d))
+            dk[:, :, s0:s1] = (np.swapaxes(ds, -1, -2) @ q) * sc
+            dq = dq + (ds @ kb) * sc
+        lowp = np_dtype(case.dtype)
+        return dq.astype(lowp), _sum_groups(dk, case.Hkv).astype(lowp), _sum_groups(dv, case.Hkv).astype(lowp)
 
 
 # -- 16. split-KV with every rounding a kernel may make ---------------------------------------------------
