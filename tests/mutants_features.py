@@ -19,7 +19,8 @@ from tests.mutants import BaseKernel, mutant
 # -- dropout ---------------------------------------------------------------------------------------
 class DropoutKernel(BaseKernel):
     """Correct: weights dropped after softmax with keep probability 1 - p, kept ones scaled by 1/(1-p),
-    the keep mask drawn from ``case.seed`` (so forward and vjp agree, and a seed reproduces)."""
+    the keep mask drawn from ``case.seed`` (so forward and vjp agree, and a seed reproduces); the
+    backward is the gradient of that dropped forward (DROPOUT-GRAD-01)."""
 
     def __init__(self, name: str = "dropout-base"):
         super().__init__(name)
@@ -47,6 +48,41 @@ class DropoutKernel(BaseKernel):
         _, _, v = self.operands(case)
         with np.errstate(invalid="ignore"):
             return self.finish(self.drop(case, self.weights(case)) @ v, case)
+
+    # -- the backward of the dropped forward, one hook per step (tests/mutants_dropout_grad.py) --------
+    def backward_keep_scale(self, case: Case) -> np.ndarray:
+        """Z the backward uses: the forward's own keep / (1 - p), regenerated from the seed."""
+        return self.factor(case)
+
+    def dv_weights(self, p: np.ndarray, z: np.ndarray) -> np.ndarray:
+        """dV = W^T dO with W = P * Z, the weights the forward multiplied V by."""
+        return p * z
+
+    def dropout_score_grad(self, p: np.ndarray, z: np.ndarray, dw: np.ndarray) -> np.ndarray:
+        """dS = P * (dP - D) with dP = Z * dW (dW = dO V^T) and D = rowsum(P * dP) = rowsum(dO * O)."""
+        dp = dw * z
+        return p * (dp - (p * dp).sum(axis=-1, keepdims=True))
+
+    def vjp(self, case: Case, grad_out: np.ndarray):
+        if case.dropout_p <= 0:
+            return super().vjp(case, grad_out)
+        self.validate(case)
+        q, k, v = self.operands(case)
+        w = self.work(case)
+        p = self.backward_weights(case)
+        z = self.backward_keep_scale(case).astype(w)
+        do = grad_out.astype(w)
+        g = case.Hq // case.Hkv
+        ds = self.dropout_score_grad(p, z, do @ np.swapaxes(v, -1, -2))
+        dq = ds @ k * self.scale(case)
+        dk = np.swapaxes(ds, -1, -2) @ q * self.scale(case)
+        dv = np.swapaxes(self.dv_weights(p, z), -1, -2) @ do
+
+        def fold(x):
+            return x.reshape(case.B, case.Hkv, g, *x.shape[2:]).sum(axis=2)
+
+        lowp = np_dtype(case.dtype)
+        return dq.astype(lowp), fold(dk).astype(lowp), fold(dv).astype(lowp)
 
 
 @mutant("dropout_no_rescale")

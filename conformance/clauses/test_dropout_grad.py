@@ -1,0 +1,159 @@
+"""§8 of 000_f3dcd408372d9e02.txt: the backward pass under dropout is the gradient of the dropped forward.
+
+The article's kernel applies ``weights = F.dropout(weights, ...)`` inside the autograd graph, so its
+gradients are those of O = (P ⊙ Z) V for the very keep-scale Z (1/(1 - p) kept, 0 dropped) its
+forward drew. Fused kernels recompute instead: the backward regenerates the mask from the seed (FA2
+replays its Philox offsets), and the bugs live there: a backward that ignores dropout, draws a fresh
+mask (an RNG offset advanced between forward and backward), forgets the 1/(1 - p), masks dV but not
+dS, or takes D = rowsum(dO * O) from the undropped output. Each keeps the forward right, so no
+forward clause sees it, and the gradient clauses run without dropout.
+
+How: the forward of one call is revealed (its own weights when it returns them, otherwise V = I, so
+that O = W up to one rounding); the same seed must reproduce it (else there is no mask to check the
+backward against: the contract's Case.seed "seeds anything random in the kernel", as DROPOUT-SEED-04
+requires too); then vjp(case, dO) with that seed is compared with the exact gradient for that mask
+(``harness.dropout_vjp``: the mask lifted into the values, so the oracle's VJP and the GRAD clauses'
+allowance apply unchanged). p = 3/4 makes 1/(1 - p) = 4 exact in every dtype (and 1/p = 4/3 differs
+from it). No statistical version: with the mask revealed, every backward bug above is a
+deterministic mismatch, and the average over seeds would only add false-positive risk.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from conformance import oracle
+from conformance.contract import Case
+from conformance.harness import compare, tolerance
+from conformance.harness.cases import random_case, random_mask
+from conformance.harness.clause import Source, clause
+from conformance.harness.dropout_vjp import dropout_vjp, keep_scale_for
+from conformance.harness.guarded import GuardedAdapter
+from conformance.harness.probes import observe_weights, probe_case
+from conformance.harness.report import ClauseViolation, check, fail, mismatch_report
+
+INVERTED = Source("000", "§8 最小 PyTorch 实现", "weights = F.dropout(weights, p=dropout_p, training=training)")
+
+P_DROP = 0.75  # 1/(1 - p) = 4: Z ⊙ V exact in every dtype (harness.dropout_vjp.lift)
+
+
+def _case(impl: GuardedAdapter, dtype: str, seed: int) -> Case:
+    """One case with what the declaration admits (GQA, a boolean mask, is_causal), magnitude 0.5 so
+    that every weight is far from 0 and a kept weight never reads as dropped; V = I (S = 16 = Dv)
+    unless the kernel returns its weights."""
+    decl = impl.declaration
+    B, T, S = 2, 12, 16
+    hq, hkv = (4, 2) if decl.gqa else (2, 2)
+    mask = random_mask(seed, (B, 1, T, S), p_blocked=0.25) if decl.bool_mask else None
+    case = random_case(
+        seed,
+        B=B,
+        Hq=hq,
+        Hkv=hkv,
+        T=T,
+        S=S,
+        Dk=8,
+        Dv=8,
+        dtype=dtype,
+        mask=mask,
+        is_causal=decl.causal,
+        dropout_p=P_DROP,
+        magnitude=0.5,
+        label=f"dropout_p={P_DROP:g} backward",
+    )
+    return case if decl.returns_weights else probe_case(case, square=decl.requires_dk_eq_dv)
+
+
+def _revealed_mask(impl: GuardedAdapter, case: Case) -> np.ndarray:
+    """Z of the forward of ``case``: revealed twice (the same seed must replay it), and each kept
+    weight checked to be the undropped one / (1 - p), so that Z is what the forward applied."""
+    decl = impl.declaration
+    first = observe_weights(impl, case)
+    again = observe_weights(impl, case)
+    differ = int(((first == 0) != (again == 0)).sum())
+    check(
+        differ == 0,
+        f"the same seed dropped different weights in {differ} places on two forward calls: the kernel does not "
+        "replay its dropout mask (Case.seed seeds anything random in the kernel; DROPOUT-SEED-04), so no mask "
+        "is known that its backward could be checked against",
+        case,
+    )
+    if decl.deterministic:
+        check(
+            np.array_equal(first, again, equal_nan=True),
+            f"the same seed gave different weights in {int((first != again).sum())} places "
+            "(declared deterministic: bitwise equality expected)",
+            case,
+        )
+    plain = case.replace(dropout_p=0.0)
+    want = compare.expected(plain, decl)
+    z = keep_scale_for(first, want.blocked, case.dropout_p)
+    allowed = compare.weights_allowance(plain, decl) / (1.0 - case.dropout_p)
+    bad = (z > 0) & (np.abs(first - want.weights * z) > allowed)
+    check(
+        not bad.any() and not (want.blocked & (first != 0)).any(),
+        f"{int(bad.sum())} kept weights are not the undropped weight / (1 - p), or blocked weights are not 0: the "
+        "forward's dropout is wrong (DROPOUT-VALUES-01 says where), so its gradient is not checked here",
+        case,
+    )
+    return z
+
+
+def _hint(impl: GuardedAdapter, case: Case, z: np.ndarray, grads, grad_out: np.ndarray) -> str:
+    """Which wrong backward the gradients fit, when one does: the undropped gradient, or the
+    revealed mask without its 1/(1 - p). Diagnostic only (the verdict is already a failure)."""
+    decl = impl.declaration
+    keep = (z > 0).astype(np.float64)
+    tries = {
+        "the gradient WITHOUT dropout (the backward ignores the forward's mask)": oracle.vjp(
+            case.replace(dropout_p=0.0), grad_out, all_blocked=decl.all_blocked, causal_alignment=decl.causal_alignment
+        ),
+        "the revealed mask WITHOUT the 1/(1 - p) rescale": dropout_vjp(case, keep, grad_out, decl)[0],
+    }
+    names = ("dq", "dk", "dv")
+    for why, want in tries.items():
+        fits = [n for n, g, w in zip(names, grads, want) if np.allclose(np.asarray(g, dtype=np.float64), w, 1e-2, 1e-2)]
+        if fits:
+            return f"\n  hint: {', '.join(fits)} match {why}"
+    return ""
+
+
+@clause(
+    "DROPOUT-GRAD-01",
+    "under dropout, dQ, dK and dV are the gradients of the dropped forward for the mask that forward drew "
+    "(the same seed replays it): dV = (P ⊙ Z)^T dO, dS = P ⊙ (Z ⊙ dO V^T - rowsum(dO ⊙ O))",
+    INVERTED,
+    requires=["dropout", "grad"],
+    kills=[
+        "grad_dropout_ignored",
+        "grad_dropout_fresh_mask",
+        "grad_dropout_no_rescale",
+        "grad_dropout_mask_dv_only",
+        "grad_dropout_delta_undropped",
+        "grad_dropout_delta_double_scaled",
+        "grad_dropout_jacobian_dropped_p",
+    ],
+    tolerance="the GRAD clauses' allowance (first-order bound of a FlashAttention-style backward, 2 x ensemble "
+    "spread) of the mask lifted into the values, one dropout-free row per item; dK and dV add the sum over rows "
+    "(gamma(T g) x absolute contributions, one rounding) (harness.dropout_vjp)",
+)
+def test_dropout_backward(impl, dtype):
+    if not impl.declaration.dropout:
+        impl.not_applicable("declares dropout=False")
+    if not impl.declaration.grad:
+        impl.not_applicable("declares grad=False")
+    case = _case(impl, dtype, 420)
+    impl.require(case)
+    z = _revealed_mask(impl, case)
+    grad_out = random_case(421, B=case.B, Hq=case.Hq, T=case.T, S=1, Dk=case.Dv, dtype=dtype).query
+    grads = impl.vjp(case, grad_out)
+    decl = impl.declaration
+    want, allowed = dropout_vjp(case, z, grad_out, decl)
+    rule = "harness.dropout_vjp: " + tolerance.describe(decl.tolerance_dtype(case), "gradient")
+    for name, got, exp, allow in zip(("dq", "dk", "dv"), grads, want, allowed):
+        g = np.asarray(got, dtype=np.float64)
+        if (~np.isfinite(g)).any():
+            fail(f"{name} has {int((~np.isfinite(g)).sum())} non-finite elements under dropout", case)
+        msg = mismatch_report(f"{name} under dropout (mask of the same seed's forward)", g, exp, allow, rule)
+        if msg:
+            raise ClauseViolation(msg + _hint(impl, case, z, grads, grad_out), case)
