@@ -38,13 +38,15 @@ P_DROP = 0.75  # 1/(1 - p) = 4: Z ⊙ V exact in every dtype (harness.dropout_vj
 
 
 def _case(impl: GuardedAdapter, dtype: str, seed: int) -> Case:
-    """One case with what the declaration admits (GQA, a boolean mask, is_causal), magnitude 0.5 so
-    that every weight is far from 0 and a kept weight never reads as dropped; V = I (S = 16 = Dv)
-    unless the kernel returns its weights."""
+    """One case with what the declaration admits (GQA, a boolean mask, is_causal) and no row blocked
+    entirely, magnitude 0.5 so that every weight is far from 0 and a kept weight never reads as
+    dropped; V = I (S = 16 = Dv) unless the kernel returns its weights."""
     decl = impl.declaration
     B, T, S = 2, 12, 16
     hq, hkv = (4, 2) if decl.gqa else (2, 2)
     mask = random_mask(seed, (B, 1, T, S), p_blocked=0.25) if decl.bool_mask else None
+    if mask is not None:
+        mask[..., 0] = False  # key 0 stays visible, causal or not: no row is blocked entirely (its fill is a policy)
     case = random_case(
         seed,
         B=B,
