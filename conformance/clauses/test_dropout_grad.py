@@ -14,7 +14,7 @@ backward against: the contract's Case.seed "seeds anything random in the kernel"
 requires too); then vjp(case, dO) with that seed is compared with the exact gradient for that mask
 (``harness.dropout_vjp``: the mask lifted into the values, so the oracle's VJP and the GRAD clauses'
 allowance apply unchanged). p = 3/4 makes 1/(1 - p) = 4 exact in every dtype (and 1/p = 4/3 differs
-from it). No statistical version: with the mask revealed, every backward bug above is a
+from it); one case in the ci profile, three seeds at p = 3/4 and 1/2 in thorough. No statistical version: with the mask revealed, every backward bug above is a
 deterministic mismatch, and the average over seeds would only add false-positive risk.
 """
 
@@ -30,6 +30,7 @@ from conformance.harness.clause import Source, clause
 from conformance.harness.dropout_vjp import dropout_vjp, keep_scale_for
 from conformance.harness.guarded import GuardedAdapter
 from conformance.harness.probes import observe_weights, probe_case
+from conformance.harness.profiles import profile_name
 from conformance.harness.report import ClauseViolation, check, fail, mismatch_report
 
 INVERTED = Source("000", "§8 最小 PyTorch 实现", "weights = F.dropout(weights, p=dropout_p, training=training)")
@@ -37,7 +38,14 @@ INVERTED = Source("000", "§8 最小 PyTorch 实现", "weights = F.dropout(weigh
 P_DROP = 0.75  # 1/(1 - p) = 4: Z ⊙ V exact in every dtype (harness.dropout_vjp.lift)
 
 
-def _case(impl: GuardedAdapter, dtype: str, seed: int) -> Case:
+def _plan() -> list[tuple[int, float]]:
+    """(seed, p) of each case: one in the ci profile; three seeds at p = 3/4 and 1/2 in thorough."""
+    if profile_name() == "thorough":
+        return [(420 + 10 * i, p) for i in range(3) for p in (P_DROP, 0.5)]
+    return [(420, P_DROP)]
+
+
+def _case(impl: GuardedAdapter, dtype: str, seed: int, p: float = P_DROP) -> Case:
     """One case with what the declaration admits (GQA, a boolean mask, is_causal) and no row blocked
     entirely, magnitude 0.5 so that every weight is far from 0 and a kept weight never reads as
     dropped; V = I (S = 16 = Dv) unless the kernel returns its weights."""
@@ -59,9 +67,9 @@ def _case(impl: GuardedAdapter, dtype: str, seed: int) -> Case:
         dtype=dtype,
         mask=mask,
         is_causal=decl.causal,
-        dropout_p=P_DROP,
+        dropout_p=p,
         magnitude=0.5,
-        label=f"dropout_p={P_DROP:g} backward",
+        label=f"dropout_p={p:g} backward",
     )
     return case if decl.returns_weights else probe_case(case, square=decl.requires_dk_eq_dv)
 
@@ -145,10 +153,14 @@ def test_dropout_backward(impl, dtype):
         impl.not_applicable("declares dropout=False")
     if not impl.declaration.grad:
         impl.not_applicable("declares grad=False")
-    case = _case(impl, dtype, 420)
+    for seed, p in _plan():
+        _check_backward(impl, _case(impl, dtype, seed, p), seed + 1)
+
+
+def _check_backward(impl: GuardedAdapter, case: Case, seed: int) -> None:
     impl.require(case)
     z = _revealed_mask(impl, case)
-    grad_out = random_case(421, B=case.B, Hq=case.Hq, T=case.T, S=1, Dk=case.Dv, dtype=dtype).query
+    grad_out = random_case(seed, B=case.B, Hq=case.Hq, T=case.T, S=1, Dk=case.Dv, dtype=case.dtype).query
     grads = impl.vjp(case, grad_out)
     decl = impl.declaration
     want, allowed = dropout_vjp(case, z, grad_out, decl)
