@@ -8,14 +8,16 @@ lengths at the batch's edges (the last sequence, a sequence with no keys, cu_seq
 the keys), window and causal edge cases, softcap after a finite mask fill, ALiBi past 8 heads,
 a GQA backward specialised for 8:1, low-precision accumulators (P V, dQ), a decode tail tile,
 memory layouts seen only by the backward (K, the output cotangent), variant arguments baked into
-a compiled kernel (slopes, window, the additive mask), and in-place edits of the caller's masks.
+a compiled kernel (slopes, window, softcap, the additive mask), in-place edits of the caller's
+masks, and (round 2b) the variants' backward (ALiBi, sinks, a window top-left in the backward only,
+the softcap's derivative at the biased score) and the additive mask's per-head broadcast.
 
 Each class is one bug; its docstring says where it is wrong and where it is right. Run one at a
 time through every clause (``pytest conformance/clauses --impl=tests.mutants_heldout2:Class -x``):
 
 * ``@mutant``: survived the suite as it was, and is claimed by the clause written for it
   (``conformance/clauses/test_backward_paths.py``, ``test_scale_sign.py``, ``test_lse_scores.py``,
-  ``test_varlen_lengths.py``, ``test_variant_state.py``);
+  ``test_varlen_lengths.py``, ``test_variant_state.py``, ``test_variant_grads_bias.py``);
 * ``@caught_by``: an existing clause catches it; not registered until that clause claims it
   (``tests/test_heldout2.py`` checks the kill meanwhile);
 * ``@not_caught``: not caught, with the reason (the error model admits it, or the clause that would
@@ -499,3 +501,88 @@ class ReturnsViewOfArena(BaseKernel):
         view = arena[: res.size].reshape(res.shape)
         np.copyto(view, res)
         return view
+
+
+# -- round 2b: the variants' backward and the additive mask's broadcast ---------------------------------
+@mutant("grad_alibi_ignored")
+class GradAlibiIgnored(VariantKernel):
+    """The backward recomputes P without the ALiBi bias (the forward adds it): the weights the
+    gradients flow through are the unbiased ones."""
+
+    def backward_case(self, case):
+        return case.replace(alibi_slopes=None)
+
+
+@mutant("grad_sinks_ignored")
+class GradSinksIgnored(VariantKernel):
+    """The backward recomputes P with the plain softmax, without the sink in the normaliser (the
+    forward has it): P rows sum to 1 in the backward, to less in the forward."""
+
+    def backward_case(self, case):
+        return case.replace(sinks=None)
+
+
+@mutant("softcap_grad_at_biased_score")
+class SoftcapGradAtBiasedScore(VariantKernel):
+    """The backward evaluates the cap's derivative 1 - tanh(s / c)^2 at the score with the ALiBi bias
+    added (the quantity it has in registers), not at the scaled product the cap was applied to."""
+
+    def vjp(self, case, grad_out):
+        self._vjp_case = case
+        return super().vjp(case, grad_out)
+
+    def cap_grad(self, s, c):
+        case = getattr(self, "_vjp_case", None)
+        if case is not None and case.alibi_slopes is not None:
+            s = s + self.alibi(case)
+        return super().cap_grad(s, c)
+
+
+@caught_by("WINDOW-GRAD-03", "grad_window_top_left")
+class GradWindowTopLeft(VariantKernel):
+    """The backward's window is aligned top-left (centred on key i) when T != S; the forward's is
+    bottom-right as declared."""
+
+    def vjp(self, case, grad_out):
+        self._in_backward = True
+        try:
+            return super().vjp(case, grad_out)
+        finally:
+            self._in_backward = False
+
+    def window_offset(self, case):
+        if getattr(self, "_in_backward", False):
+            return np.zeros(case.B, dtype=np.int64)
+        return super().window_offset(case)
+
+
+@caught_by("GRAD-VJP-SPACE-04", "grad_bias_ignored_in_backward")
+class GradBiasIgnoredInBackward(GradKernel):
+    """The backward recomputes P from the scores with the additive M's -inf entries (as blocked keys)
+    but without its finite values."""
+
+    def backward_weights(self, case):
+        if case.bias is None:
+            return super().backward_weights(case)
+        b = np.asarray(case.bias, dtype=np.float64)
+        return super().weights(case.replace(bias=np.where(np.isneginf(b), -np.inf, 0.0)))
+
+
+@caught_by("FLOAT-MASK-ADD-12", "bias_head0_for_all_heads")
+class BiasHead0ForAllHeads(BaseKernel):
+    """Reads head 0's slice of a per-head additive M for every head (the bias indexed by batch only)."""
+
+    def weights(self, case):
+        b = case.bias
+        if b is None or np.ndim(b) < 3 or np.shape(b)[-3] == 1:
+            return super().weights(case)
+        b = np.asarray(b)
+        return super().weights(case.replace(bias=np.broadcast_to(b[..., :1, :, :], b.shape)))
+
+
+@caught_by("LSE-01", "lse_window_ignored")
+class LseWindowIgnored(VariantKernel):
+    """The lse's statistics pass runs over every key of the row, without the sliding window."""
+
+    def lse(self, case):
+        return super().lse(case.replace(window=None))
