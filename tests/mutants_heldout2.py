@@ -10,14 +10,16 @@ a GQA backward specialised for 8:1, low-precision accumulators (P V, dQ), a deco
 memory layouts seen only by the backward (K, the output cotangent), variant arguments baked into
 a compiled kernel (slopes, window, softcap, the additive mask), in-place edits of the caller's
 masks, and (round 2b) the variants' backward (ALiBi, sinks, a window top-left in the backward only,
-the softcap's derivative at the biased score) and the additive mask's per-head broadcast.
+the softcap's derivative at the biased score), the additive mask's per-head broadcast, and
+(round 2c) declared bitwise tiers kept on the plain path only (batch invariance, a GQA backward).
 
 Each class is one bug; its docstring says where it is wrong and where it is right. Run one at a
 time through every clause (``pytest conformance/clauses --impl=tests.mutants_heldout2:Class -x``):
 
 * ``@mutant``: survived the suite as it was, and is claimed by the clause written for it
   (``conformance/clauses/test_backward_paths.py``, ``test_scale_sign.py``, ``test_lse_scores.py``,
-  ``test_varlen_lengths.py``, ``test_variant_state.py``, ``test_variant_grads_bias.py``);
+  ``test_varlen_lengths.py``, ``test_variant_state.py``, ``test_variant_grads_bias.py``,
+  ``test_declared_tiers.py``);
 * ``@caught_by``: an existing clause catches it; not registered until that clause claims it
   (``tests/test_heldout2.py`` checks the kill meanwhile);
 * ``@not_caught``: not caught, with the reason (the error model admits it, or the clause that would
@@ -34,7 +36,7 @@ import numpy as np
 
 from conformance.contract import np_dtype
 from tests.mutants import BaseKernel, mutant
-from tests.mutants_features import DropoutKernel, GradKernel
+from tests.mutants_features import BatchInvariantKernel, DropoutKernel, GradKernel
 from tests.mutants_variants import VariantKernel
 
 CAUGHT_BY: dict[str, tuple[str, type]] = {}
@@ -586,3 +588,41 @@ class LseWindowIgnored(VariantKernel):
 
     def lse(self, case):
         return super().lse(case.replace(window=None))
+
+
+# -- round 2c: declared bitwise tiers kept on the plain path only -----------------------------------------
+@mutant("batch_variant_under_mask")
+class BatchVariantUnderMask(BatchInvariantKernel):
+    """Declares batch_invariant and is, on the plain path; the masked / causal path packs the batch and
+    splits the P V reduction over keys in chunks sized from the batch (a split-K heuristic keyed on B),
+    so with a padding mask an item's bits change with the batch around it."""
+
+    def forward(self, case):
+        if case.mask is None and not case.is_causal:
+            return super().forward(case)
+        self.validate(case)
+        _, _, v = self.operands(case)
+        p = self.weights(case)
+        chunk = max(1, case.S // (1 + case.B))
+        out = np.zeros(p.shape[:-1] + (v.shape[-1],), dtype=p.dtype)
+        with np.errstate(invalid="ignore"):
+            for start in range(0, case.S, chunk):
+                out = out + p[..., start : start + chunk] @ v[..., start : start + chunk, :]
+        return self.finish(out, case)
+
+
+@mutant("gqa_backward_atomic_order")
+class GqaBackwardAtomicOrder(GradKernel):
+    """Declares deterministic; the GQA backward adds each query head's dK into its kv head with atomics,
+    in whatever order the heads finish (a random order here): the group's sums differ in their last
+    bits from call to call. Without GQA (one head per kv head) nothing is summed and it repeats."""
+
+    def fold_dk(self, x, case):
+        g = case.Hq // case.Hkv
+        if g == 1:
+            return super().fold_dk(x, case)
+        parts = x.reshape(case.B, case.Hkv, g, *x.shape[2:])
+        acc = np.zeros_like(parts[:, :, 0])
+        for i in np.random.default_rng().permutation(g):
+            acc = acc + parts[:, :, i]
+        return acc

@@ -1,0 +1,103 @@
+"""The declared bitwise tiers on the paths their clauses did not take: batch invariance with padding
+masks and causal, determinism of a GQA backward.
+
+DETERMINISM-01 repeats a masked call without grouped heads, BATCH-INVARIANT-02 places an unmasked
+item in batches. A kernel's masked (or varlen-packing) path and its GQA backward are other programs:
+a split-K heuristic keyed on the batch on the masked path only, and dK summed over a group's query
+heads with atomics in the order the heads finish (FlashAttention 2's backward under GQA unless
+``deterministic=True``), keep the plain paths bitwise and break the declared tier elsewhere; the
+held-out kernels that do so passed every clause. These hold the declaration on those paths.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from conformance.clauses.test_determinism import NOT_BITWISE
+from conformance.harness.cases import random_case
+from conformance.harness.clause import clause
+from conformance.harness.guarded import GuardedAdapter
+from conformance.harness.report import fail
+
+
+def _needs(impl: GuardedAdapter, field: str) -> None:
+    if not getattr(impl.declaration, field):
+        impl.not_applicable(f"declares {field}=False: bitwise equality is not claimed (the spec does not require it)")
+
+
+def _differs(a: np.ndarray, b: np.ndarray) -> str:
+    a64, b64 = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    diff = ~((a64 == b64) | (np.isnan(a64) & np.isnan(b64)))
+    idx = tuple(int(i) for i in np.argwhere(diff)[0])
+    return f"{int(diff.sum())} of {a64.size} elements differ; first at {list(idx)}: {a64[idx]!r} vs {b64[idx]!r}"
+
+
+def _padding(lengths: list[int], S: int) -> np.ndarray:
+    """[B, 1, 1, S] key padding mask (True = blocked) from each item's length."""
+    return (np.arange(S)[None, :] >= np.asarray(lengths)[:, None])[:, None, None, :]
+
+
+@clause(
+    "BATCH-INVARIANT-MASKED-03",
+    "with a key padding mask (and is_causal, where declared), a batch item's output is bitwise the same alone and "
+    "inside batches of other sizes whose items have other lengths, for a kernel declaring batch_invariant",
+    NOT_BITWISE,
+    requires=["batch_invariant", "bool_mask"],
+    kills=["batch_variant_under_mask"],
+)
+def test_batch_invariant_masked(impl, dtype):
+    _needs(impl, "batch_invariant")
+    T, S, H, D = 16, 48, 2, 32  # BATCH-INVARIANT-02's shapes
+    own = 37
+    for causal in (False, True) if impl.declaration.causal else (False,):
+        item = random_case(1400, B=1, Hq=H, T=T, S=S, Dk=D, dtype=dtype, is_causal=causal, mask=_padding([own], S))
+        impl.require(item)
+        alone = impl.forward(item)
+        for B, pos, lengths in ((2, 1, [48, own]), (5, 3, [5, 48, 20, 37, 11])):
+            crowd = random_case(1401 + B, B=B, Hq=H, T=T, S=S, Dk=D, dtype=dtype, is_causal=causal)
+            q, k, v = (np.array(a, copy=True) for a in (crowd.query, crowd.key, crowd.value))
+            q[pos], k[pos], v[pos] = item.query[0], item.key[0], item.value[0]
+            lengths = list(lengths)
+            lengths[pos] = own
+            batch = crowd.replace(
+                query=q,
+                key=k,
+                value=v,
+                mask=_padding(lengths, S),
+                label=f"item with {own} of {S} keys at {pos} of a batch of {B}{', causal' if causal else ''}",
+            )
+            got = impl.forward(batch)[pos : pos + 1]
+            if not np.array_equal(got, alone, equal_nan=True):
+                fail(
+                    f"the item's output at position {pos} of a batch of {B} (padding lengths {lengths}"
+                    f"{', causal' if causal else ''}) differs from its output alone (declared batch_invariant): "
+                    f"{_differs(got, alone)}",
+                    batch,
+                )
+
+
+@clause(
+    "DETERMINISM-GQA-03",
+    "with grouped heads (6 query heads over 2 kv heads, causal), repeated backward calls give bitwise equal dQ, dK, dV "
+    "(the group's contributions summed in a fixed order), for a kernel declaring deterministic",
+    NOT_BITWISE,
+    requires=["deterministic", "grad", "gqa"],
+    kills=["gqa_backward_atomic_order"],
+)
+def test_gqa_backward_repeatable(impl, dtype):
+    _needs(impl, "deterministic")
+    # GRAD-GQA-02's "gqa causal" shape: a kernel compiling per shape has built this backward already.
+    case = random_case(1410, B=2, Hq=6, Hkv=2, T=3, S=6, Dk=8, Dv=8, dtype=dtype, is_causal=True)
+    if not impl.supports(case):
+        case = case.replace(is_causal=False)
+    impl.require(case.replace(label="GQA 6:2 backward, repeated"))
+    g = random_case(1411, B=2, Hq=6, T=3, S=1, Dk=8, dtype=dtype).query
+    first = impl.vjp(case, g)
+    for call in (2, 3, 4):
+        again = impl.vjp(case, g)
+        for name, a, b in zip(("dq", "dk", "dv"), first, again):
+            if not np.array_equal(a, b, equal_nan=True):
+                fail(
+                    f"{name} of backward call {call} differs from call 1 (declared deterministic): {_differs(a, b)}",
+                    case,
+                )
