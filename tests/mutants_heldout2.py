@@ -11,7 +11,8 @@ memory layouts seen only by the backward (K, the output cotangent), variant argu
 a compiled kernel (slopes, window, softcap, the additive mask), in-place edits of the caller's
 masks, and (round 2b) the variants' backward (ALiBi, sinks, a window top-left in the backward only,
 the softcap's derivative at the biased score), the additive mask's per-head broadcast, and
-(round 2c) declared bitwise tiers kept on the plain path only (batch invariance, a GQA backward).
+(round 2c) declared bitwise tiers kept on the plain path only (batch invariance, a GQA backward),
+(round 2d) the caller's additive M under softcap and in the lse, dropout masks shared in a GQA group.
 
 Each class is one bug; its docstring says where it is wrong and where it is right. Run one at a
 time through every clause (``pytest conformance/clauses --impl=tests.mutants_heldout2:Class -x``):
@@ -19,7 +20,7 @@ time through every clause (``pytest conformance/clauses --impl=tests.mutants_hel
 * ``@mutant``: survived the suite as it was, and is claimed by the clause written for it
   (``conformance/clauses/test_backward_paths.py``, ``test_scale_sign.py``, ``test_lse_scores.py``,
   ``test_varlen_lengths.py``, ``test_variant_state.py``, ``test_variant_grads_bias.py``,
-  ``test_declared_tiers.py``);
+  ``test_declared_tiers.py``, ``test_variants_with_bias.py``);
 * ``@caught_by``: an existing clause catches it; not registered until that clause claims it
   (``tests/test_heldout2.py`` checks the kill meanwhile);
 * ``@not_caught``: not caught, with the reason (the error model admits it, or the clause that would
@@ -626,3 +627,68 @@ class GqaBackwardAtomicOrder(GradKernel):
         for i in np.random.default_rng().permutation(g):
             acc = acc + parts[:, :, i]
         return acc
+
+
+# -- round 2d: the additive mask under the variants, dropout under GQA, empty rows in a variant backward ---
+@mutant("softcap_after_bias")
+class SoftcapAfterBias(VariantKernel):
+    """Adds the caller's additive M to the scaled product and caps the sum (``tanh((s + M) / c) c``):
+    the cap squeezes the user's bias too; right without an additive M."""
+
+    def scores(self, case):
+        if not (case.softcap and case.bias is not None):
+            return super().scores(case)
+        w = self.work(case)
+        plain = super().scores(case.replace(softcap=None, alibi_slopes=None))  # scaled product + finite M
+        s = self.cap(plain, w(case.softcap))
+        if case.alibi_slopes is not None:
+            s = s + self.alibi(case).astype(w)
+        return s.astype(w)
+
+
+@mutant("lse_ignores_bias")
+class LseIgnoresBias(VariantKernel):
+    """The lse's statistics pass sees the additive M's -inf entries (as blocked keys) but not its finite
+    values: right without a finite additive mask."""
+
+    def lse(self, case):
+        if case.bias is None:
+            return super().lse(case)
+        b = np.asarray(case.bias, dtype=np.float64)
+        return super().lse(case.replace(bias=np.where(np.isneginf(b), -np.inf, 0.0)))
+
+
+@not_caught(
+    "dropout_mask_per_kv_head",
+    "no dropout clause checks independence across the query heads of a GQA group (DROPOUT-INDEPENDENT-06 has "
+    "Hq == Hkv); test_dropout*.py is not this round's to edit",
+)
+class DropoutMaskPerKvHead(DropoutKernel):
+    """Under GQA the keep mask is drawn per kv head and shared by the query heads of its group (the RNG
+    offset computed from the kv head index); without GQA every head has its own."""
+
+    def keep(self, case):
+        shape = (case.B, case.Hkv, case.T, case.S)
+        bits = self.rng(case).random(shape) >= case.dropout_p
+        return np.repeat(bits, case.Hq // case.Hkv, axis=1)
+
+
+@caught_by("ALL-BLOCKED-FLOAT-04", "grad_variant_empty_rows_nan")
+class GradVariantEmptyRowsNan(VariantKernel):
+    """The variants' backward recomputes P with a plain softmax: a row that sees no key (bottom-right
+    causal with T > S, a (0, 0) window past the keys) is 0/0 = NaN there, and its dQ with it; the
+    forward guards it."""
+
+    def vjp(self, case, grad_out):
+        self._in_backward = True
+        try:
+            return super().vjp(case, grad_out)
+        finally:
+            self._in_backward = False
+
+    def softmax(self, scores, blocked):
+        if not getattr(self, "_in_backward", False):
+            return super().softmax(scores, blocked)
+        s = np.where(blocked, -np.inf, scores)
+        e = np.exp(s - s.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
