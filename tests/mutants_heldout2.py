@@ -21,8 +21,8 @@ time through every clause (``pytest conformance/clauses --impl=tests.mutants_hel
   (``conformance/clauses/test_backward_paths.py``, ``test_scale_sign.py``, ``test_lse_scores.py``,
   ``test_varlen_lengths.py``, ``test_variant_state.py``, ``test_variant_grads_bias.py``,
   ``test_declared_tiers.py``, ``test_variants_with_bias.py``);
-* ``@caught_by``: an existing clause catches it; not registered until that clause claims it
-  (``tests/test_heldout2.py`` checks the kill meanwhile);
+  or, when an existing clause caught it, claimed by that clause's ``kills`` (checked by
+  ``tests/test_clauses_bite.py`` like every kill);
 * ``@not_caught``: not caught, with the reason (the error model admits it, or the clause that would
   catch it is in a module of another owner).
 
@@ -40,23 +40,7 @@ from tests.mutants import BaseKernel, mutant
 from tests.mutants_features import BatchInvariantKernel, DropoutKernel, GradKernel
 from tests.mutants_variants import VariantKernel
 
-CAUGHT_BY: dict[str, tuple[str, type]] = {}
 NOT_CAUGHT: dict[str, tuple[str, type]] = {}
-
-
-def caught_by(kill: str, name: str) -> Callable[[type], type]:
-    """A held-out mutant that an existing clause catches, ``kill`` = "CLAUSE-ID" or "CLAUSE-ID@dtype".
-
-    Not registered in ``MUTANTS`` until that clause's ``kills`` names it (its file is not this
-    round's to edit): ``tests/test_heldout2.py`` checks each of these kills meanwhile. To move one
-    into the kill list, add ``name[@dtype]`` to the clause's ``kills`` and decorate it ``@mutant(name)``."""
-
-    def record(cls: type) -> type:
-        CAUGHT_BY[name] = (kill, cls)
-        cls.mutant_name = name
-        return cls
-
-    return record
 
 
 def not_caught(name: str, why: str) -> Callable[[type], type]:
@@ -76,7 +60,7 @@ def _bf16(x) -> np.ndarray:
 
 
 # -- the scale's special values -------------------------------------------------------------------------
-@caught_by("SCALE-EQUIV-04", "scale_one_means_default")
+@mutant("scale_one_means_default")
 class ScaleOneMeansDefault(BaseKernel):
     """``if not scale or scale == 1.0: scale = 1 / sqrt(d)``: an API whose signature defaulted the
     scale to 1.0 meaning "unset" keeps treating an explicit 1.0 as the default."""
@@ -126,7 +110,7 @@ class ScaleMagnitudeOnly(BaseKernel):
         return float(1.0 / np.sqrt(d))
 
 
-@caught_by("SCALE-CUSTOM-03@float32", "scale_stored_bf16")
+@mutant("scale_stored_bf16")
 class ScaleStoredBf16(BaseKernel):
     """The kernel's parameter block stores the softmax scale as bfloat16 for every input dtype: 1/sqrt(Dk)
     is exact for Dk = 4, 16, 64, 256 and off by up to 0.4 % for Dk = 8, 12, 5 or a custom 0.3."""
@@ -172,7 +156,7 @@ class LseInInputDtype(VariantKernel):
 
 
 # -- variable lengths at the batch's edges ---------------------------------------------------------------
-@caught_by("VARLEN-01", "varlen_last_sequence_short")
+@mutant("varlen_last_sequence_short")
 class VarlenLastSequenceShort(VariantKernel):
     """The last sequence's key range ends at ``cu_seqlens_k[-1] - 1`` (an exclusive bound written as
     inclusive for the final program only): its last key is never read; every other sequence is right."""
@@ -197,7 +181,7 @@ class VarlenKeysUseQueryLengths(VariantKernel):
         return tq, sk
 
 
-@caught_by("VARLEN-EDGES-04", "varlen_empty_sequence_unwritten")
+@mutant("varlen_empty_sequence_unwritten")
 class VarlenEmptySequenceUnwritten(VariantKernel):
     """A program whose sequence has no keys returns early without writing its rows: the output buffer
     (``empty``, recycled by the allocator) keeps the previous sequence's rows there."""
@@ -215,7 +199,7 @@ class VarlenEmptySequenceUnwritten(VariantKernel):
 
 
 # -- windows and causal at their edges --------------------------------------------------------------------
-@caught_by("WINDOW-01", "window_left_zero_unbounded")
+@mutant("window_left_zero_unbounded")
 class WindowLeftZeroUnbounded(VariantKernel):
     """``if window_left:`` for ``if window_left >= 0:``: a left size of 0 (only the query's own key on
     the left) is taken as unbounded."""
@@ -225,7 +209,7 @@ class WindowLeftZeroUnbounded(VariantKernel):
         return (left if left else -1), right
 
 
-@caught_by("WINDOW-01", "window_right_exclusive")
+@mutant("window_right_exclusive")
 class WindowRightExclusive(VariantKernel):
     """The right edge exclusive when right > 0: query i sees keys up to i + right - 1 (the left edge,
     and right = 0, are right)."""
@@ -235,7 +219,7 @@ class WindowRightExclusive(VariantKernel):
         return left, (right - 1 if right > 0 else right)
 
 
-@caught_by("CAUSAL-ALIGN-02", "causal_offset_clamped_at_zero")
+@mutant("causal_offset_clamped_at_zero")
 class CausalOffsetClampedAtZero(VariantKernel):
     """Bottom-right causal with the offset clamped, ``max(S - T, 0)``: when T > S the first T - S rows
     see key 0 instead of nothing (they are top-left aligned); right whenever T <= S."""
@@ -244,7 +228,7 @@ class CausalOffsetClampedAtZero(VariantKernel):
         return np.maximum(super().offsets(case), 0)
 
 
-@caught_by("WINDOW-CAUSAL-03", "window_ignored_when_causal")
+@mutant("window_ignored_when_causal")
 class WindowIgnoredWhenCausal(VariantKernel):
     """is_causal selects the causal-only kernel, which never reads window_size: causal + window (w, 0)
     is plain causal attention."""
@@ -256,7 +240,7 @@ class WindowIgnoredWhenCausal(VariantKernel):
 
 
 # -- softcap and ALiBi ------------------------------------------------------------------------------------
-@caught_by("SOFTCAP-01", "softcap_after_finite_mask")
+@mutant("softcap_after_finite_mask")
 class SoftcapAfterFiniteMask(VariantKernel):
     """Masks with a finite fill (``masked_fill(-1e4)``) and then caps: the fill becomes -c, so a blocked
     key keeps weight exp(-c - max) instead of 0 (with c = 4, several percent)."""
@@ -274,7 +258,7 @@ class SoftcapAfterFiniteMask(VariantKernel):
         return np.where(empty, 0.0, p)
 
 
-@caught_by("ALIBI-01", "alibi_reversed_past_8_heads")
+@mutant("alibi_reversed_past_8_heads")
 class AlibiReversedPast8Heads(VariantKernel):
     """For more than 8 heads the slopes are read from the end of the table (a kernel that builds the
     geometric slopes itself for H <= 8 and indexes the caller's table backwards otherwise)."""
@@ -285,7 +269,7 @@ class AlibiReversedPast8Heads(VariantKernel):
 
 
 # -- low-precision accumulators ---------------------------------------------------------------------------
-@caught_by("SIZE-DECODE-05@bfloat16", "pv_accumulated_in_bf16")
+@mutant("pv_accumulated_in_bf16")
 class PvAccumulatedInBf16(BaseKernel):
     """bfloat16 inputs: the output accumulator of P V over key tiles of 16 is kept in bfloat16 (each
     tile's partial sum rounded to 8 bits and added in bfloat16); exact with one key tile."""
@@ -342,7 +326,7 @@ class GradDkGroup8Tiled(GradKernel):
 
 
 # -- decode ---------------------------------------------------------------------------------------------
-@caught_by("CAUSAL-DECODE-03", "decode_tail_lanes_read_last_key")
+@mutant("decode_tail_lanes_read_last_key")
 class DecodeTailLanesReadLastKey(BaseKernel):
     """Decode (T = 1) over key tiles of 16: the out-of-range lanes of the last partial tile load the
     clamped index S - 1 and are not masked, so the last key counts 16 - S % 16 extra times. Right
@@ -424,7 +408,7 @@ class SoftcapBakedPerShape(VariantKernel):
         return super().scaled(case.replace(softcap=cap), raw, w)
 
 
-@caught_by("ALL-BLOCKED-FLOAT-04", "bias_cached_by_shape")
+@mutant("bias_cached_by_shape")
 class BiasCachedByShape(BaseKernel):
     """Converts the additive M once per (its shape, the case's shape, dtype) into its internal layout
     and reuses the conversion: a new M of the same shape is never read."""
@@ -441,7 +425,7 @@ class BiasCachedByShape(BaseKernel):
 
 
 # -- the caller's masks edited in place ----------------------------------------------------------------
-@caught_by("CAUSAL-WITH-MASK-04", "causal_folded_into_mask_in_place")
+@mutant("causal_folded_into_mask_in_place")
 class CausalFoldedIntoMaskInPlace(BaseKernel):
     """With is_causal and a full [.., T, S] boolean mask, folds the triangle into the caller's mask in
     place (``attn_mask.logical_or_(causal)``) before computing: the answer is right, the caller's
@@ -455,7 +439,7 @@ class CausalFoldedIntoMaskInPlace(BaseKernel):
         return super().forward(case)
 
 
-@caught_by("FLOAT-MASK-M-13", "bias_neg_inf_clamped_in_place")
+@mutant("bias_neg_inf_clamped_in_place")
 class BiasNegInfClampedInPlace(BaseKernel):
     """Replaces the additive M's -inf by the dtype's most negative finite value in the caller's array
     (to "avoid NaN"), then computes from its own copy taken before: right, and the caller's M changed."""
@@ -486,7 +470,7 @@ class DropoutRateCappedHalf(DropoutKernel):
 
 
 # -- results that alias the kernel's own memory -------------------------------------------------------
-@caught_by("STATE-KEYS-01", "returns_view_of_arena")
+@mutant("returns_view_of_arena")
 class ReturnsViewOfArena(BaseKernel):
     """Allocates one growing arena per dtype and returns a view of its first elements as the result:
     every call is right when it returns, and any later call, of any shape, overwrites it."""
@@ -541,7 +525,7 @@ class SoftcapGradAtBiasedScore(VariantKernel):
         return super().cap_grad(s, c)
 
 
-@caught_by("WINDOW-GRAD-03", "grad_window_top_left")
+@mutant("grad_window_top_left")
 class GradWindowTopLeft(VariantKernel):
     """The backward's window is aligned top-left (centred on key i) when T != S; the forward's is
     bottom-right as declared."""
@@ -559,7 +543,7 @@ class GradWindowTopLeft(VariantKernel):
         return super().window_offset(case)
 
 
-@caught_by("GRAD-VJP-SPACE-04", "grad_bias_ignored_in_backward")
+@mutant("grad_bias_ignored_in_backward")
 class GradBiasIgnoredInBackward(GradKernel):
     """The backward recomputes P from the scores with the additive M's -inf entries (as blocked keys)
     but without its finite values."""
@@ -571,7 +555,7 @@ class GradBiasIgnoredInBackward(GradKernel):
         return super().weights(case.replace(bias=np.where(np.isneginf(b), -np.inf, 0.0)))
 
 
-@caught_by("FLOAT-MASK-ADD-12", "bias_head0_for_all_heads")
+@mutant("bias_head0_for_all_heads")
 class BiasHead0ForAllHeads(BaseKernel):
     """Reads head 0's slice of a per-head additive M for every head (the bias indexed by batch only)."""
 
@@ -583,7 +567,7 @@ class BiasHead0ForAllHeads(BaseKernel):
         return super().weights(case.replace(bias=np.broadcast_to(b[..., :1, :, :], b.shape)))
 
 
-@caught_by("LSE-01", "lse_window_ignored")
+@mutant("lse_window_ignored")
 class LseWindowIgnored(VariantKernel):
     """The lse's statistics pass runs over every key of the row, without the sliding window."""
 
@@ -673,7 +657,7 @@ class DropoutMaskPerKvHead(DropoutKernel):
         return np.repeat(bits, case.Hq // case.Hkv, axis=1)
 
 
-@caught_by("ALL-BLOCKED-FLOAT-04", "grad_variant_empty_rows_nan")
+@mutant("grad_variant_empty_rows_nan")
 class GradVariantEmptyRowsNan(VariantKernel):
     """The variants' backward recomputes P with a plain softmax: a row that sees no key (bottom-right
     causal with T > S, a (0, 0) window past the keys) is 0/0 = NaN there, and its dQ with it; the

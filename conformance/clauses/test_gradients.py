@@ -118,6 +118,7 @@ def test_vjp_matches_oracle(impl, dtype):
         "grad_dq_missing_scale@bfloat16",
         "grad_dk_not_summed_over_group@float16",
         "nan_backward_all_blocked@float32",
+        "grad_bias_ignored_in_backward",
     ],
     tolerance=GRAD_RULE,
 )

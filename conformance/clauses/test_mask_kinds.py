@@ -266,7 +266,7 @@ def test_blocked_kv_inert(impl, dtype):
     "an additive float mask of finite values is added to the scaled scores: not read as a boolean, not multiplied by the scale",
     ADDITIVE,
     requires=["float_mask"],
-    kills=["bias_as_boolean", "bias_scaled"],
+    kills=["bias_as_boolean", "bias_scaled", "bias_head0_for_all_heads"],
 )
 def test_float_mask_is_added(impl, dtype):
     B, H, T, S = SHAPE
@@ -287,7 +287,7 @@ def test_float_mask_is_added(impl, dtype):
     "the spec's additive M (0 where allowed, -inf where blocked) gives blocked keys exactly zero weight, equal to the boolean mask",
     ADDITIVE,
     requires=["float_mask"],
-    kills=["bias_clamped_neg1e4"],
+    kills=["bias_clamped_neg1e4", "bias_neg_inf_clamped_in_place"],
 )
 def test_float_mask_neg_inf(impl, dtype):
     """As MASK-EXACT-ZERO-10 with the blocking given as -inf in M; the boolean twin must agree within the

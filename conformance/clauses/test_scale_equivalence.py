@@ -29,7 +29,7 @@ def _prescaled(case: Case, factor: float) -> Case:
     "scale = s gives the same output as scale = 1 on q * s (s = 1/4, 2, 0), and the default scale equals q * 1/sqrt(Dk) at scale 1",
     SCORE,
     requires=["custom_scale"],
-    kills=["scale_zero_means_default", "custom_scale_times_default", "ignore_custom_scale"],
+    kills=["scale_zero_means_default", "custom_scale_times_default", "ignore_custom_scale", "scale_one_means_default"],
 )
 def test_scale_moves_onto_query(impl, dtype):
     base = random_case(500, B=2, Hq=2, T=4, S=6, Dk=16, Dv=16, dtype=dtype, magnitude=1.5)

@@ -57,6 +57,7 @@ def _shared_shape_calls(dtype: str) -> list[Case]:
         "causal_flag_cached_by_shape",
         "scale_cached_by_head_dim",
         "returns_persistent_workspace",
+        "returns_view_of_arena",
     ],
 )
 def test_cache_keys(impl, dtype):

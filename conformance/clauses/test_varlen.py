@@ -62,7 +62,7 @@ def ragged(seed: int, dtype: str, tq, sk, T: int | None = None, S: int | None = 
     "sequences of different lengths in one batch: each sequence's output (and lse) is that of its own problem, no key read past its end",
     CU_SEQLENS,
     requires=["varlen"],
-    kills=["varlen_keys_past_end"],
+    kills=["varlen_keys_past_end", "varlen_last_sequence_short"],
 )
 def test_varlen_sequences(impl, dtype):
     case = ragged(1000, dtype, [5, 2, 7, 3], [9, 4, 7, 12], Hq=4, Hkv=2, Dk=16)
@@ -110,7 +110,7 @@ def test_varlen_window_alibi(impl, dtype):
     "edge sequences in a varlen batch: a one-token decode query against a long history, a sequence with no keys (its rows get the declared fill), a sequence with no queries",
     DECODE,
     requires=["varlen"],
-    kills=["varlen_keys_past_end", "varlen_global_offset"],
+    kills=["varlen_keys_past_end", "varlen_global_offset", "varlen_empty_sequence_unwritten"],
 )
 def test_varlen_edges(impl, dtype):
     case = ragged(1030, dtype, [1, 4, 0, 1, 3], [13, 0, 5, 1, 3], T=6, Hq=2, Dk=16)  # VARLEN-CAUSAL-02's shape
