@@ -454,11 +454,7 @@ class BiasNegInfClampedInPlace(BaseKernel):
 
 
 # -- dropout ---------------------------------------------------------------------------------------------
-@not_caught(
-    "dropout_rate_capped_half",
-    "no dropout clause draws p > 0.5 (DROPOUT-RATE-02 tests p = 0.3; the edges p = 0 and 1); "
-    "test_dropout*.py is not this round's to edit",
-)
+@mutant("dropout_rate_capped_half")
 class DropoutRateCappedHalf(DropoutKernel):
     """Caps the drop probability at 0.5 (``p = min(p, 0.5)``, a guard against a keep probability that
     underflows the RNG threshold) while still scaling by 1/(1 - p) of the caller's p; p = 1 has its
@@ -642,11 +638,7 @@ class LseIgnoresBias(VariantKernel):
         return super().lse(case.replace(bias=np.where(np.isneginf(b), -np.inf, 0.0)))
 
 
-@not_caught(
-    "dropout_mask_per_kv_head",
-    "no dropout clause checks independence across the query heads of a GQA group (DROPOUT-INDEPENDENT-06 has "
-    "Hq == Hkv); test_dropout*.py is not this round's to edit",
-)
+@mutant("dropout_mask_per_kv_head")
 class DropoutMaskPerKvHead(DropoutKernel):
     """Under GQA the keep mask is drawn per kv head and shared by the query heads of its group (the RNG
     offset computed from the kv head index); without GQA every head has its own."""

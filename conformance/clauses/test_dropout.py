@@ -107,29 +107,37 @@ def test_dropout_values(impl, dtype):
         )
 
 
+# A low and a high rate: a kernel that caps p (at 1/2, say, against a keep threshold that underflows) or
+# that swaps p and 1 - p is right at one of them only. Each test at ALPHA / 2, so the clause's total is ALPHA.
+RATES = (0.3, 0.75)
+
+
 @clause(
     "DROPOUT-RATE-02",
-    "the fraction of dropped weights matches p (exact two-sided binomial test)",
+    "the fraction of dropped weights matches p, at p = 0.3 and at p = 0.75 (exact two-sided binomial tests)",
     ORDER,
     requires=["dropout"],
-    kills=["dropout_keep_prob_swapped", "dropout_before_softmax"],
-    fpr="1e-6: reject when the exact two-sided binomial tail of the dropped count (n = 2048, p = 0.3) is <= 1e-6",
+    kills=["dropout_keep_prob_swapped", "dropout_before_softmax", "dropout_rate_capped_half"],
+    fpr="1e-6 in total: reject when the exact two-sided binomial tail of the dropped count (n = 2048) is <= 5e-7, "
+    "once at p = 0.3 and once at p = 0.75 (Bonferroni)",
 )
 def test_dropout_rate(impl, dtype):
     _needs_dropout(impl)
-    p = 0.3
-    case = _dropout_case(dtype, 61, p)
-    impl.require(case)
-    w = observe_weights(impl, case)
-    n = w.size
-    dropped = int(np.count_nonzero(w == 0))
-    tail = binomial_two_sided_p(dropped, n, p)
-    check(
-        tail > ALPHA,
-        f"{dropped} of {n} weights dropped ({dropped / n:.4f}), but dropout_p = {p}: the exact two-sided binomial "
-        f"tail is {tail:.3g} <= {ALPHA:g} (expected about {n * p:.0f} +- {math.sqrt(n * p * (1 - p)):.0f})",
-        case,
-    )
+    for i, p in enumerate(RATES):
+        case = _dropout_case(dtype, 61 + 1000 * i, p)
+        impl.require(case)
+        w = observe_weights(impl, case)
+        n = w.size
+        dropped = int(np.count_nonzero(w == 0))
+        tail = binomial_two_sided_p(dropped, n, p)
+        level = ALPHA / len(RATES)
+        check(
+            tail > level,
+            f"{dropped} of {n} weights dropped ({dropped / n:.4f}), but dropout_p = {p}: the exact two-sided "
+            f"binomial tail is {tail:.3g} <= {level:g} (expected about {n * p:.0f} +- "
+            f"{math.sqrt(n * p * (1 - p)):.0f})",
+            case,
+        )
 
 
 @clause(

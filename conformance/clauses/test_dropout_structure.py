@@ -98,7 +98,8 @@ N_TESTS = len(_slice_pairs()) * N_SLICE + IND_B * IND_H  # 16 pairs x 1024 lags 
 @clause(
     "DROPOUT-INDEPENDENT-06",
     "dropout masks are independent across heads, batch items and query rows: no two (b, h) slices share their "
-    "keep mask, whole or shifted by an RNG offset, and query rows do not repeat one another",
+    "keep mask, whole or shifted by an RNG offset, and query rows do not repeat one another; under GQA (4 query "
+    "heads over 2 kv heads where declared) the query heads of a group draw their own masks too",
     RETURNED,
     requires=["dropout"],
     kills=[
@@ -106,6 +107,7 @@ N_TESTS = len(_slice_pairs()) * N_SLICE + IND_B * IND_H  # 16 pairs x 1024 lags 
         "dropout_mask_shared_across_batch",
         "dropout_mask_shared_across_rows",
         "dropout_rng_offset_overlap",
+        "dropout_mask_per_kv_head",
     ],
     fpr=f"1e-6 total: p = 1/2 makes each agreement count an exact Binomial(n, 1/2) under independence; {N_TESTS} "
     "two-sided exact tests (16 slice pairs x 1024 cyclic lags, n = 1024; 8 row chains, n = 992), each at 1e-6 / "
@@ -117,6 +119,9 @@ def test_dropout_masks_independent(impl, dtype):
         400,
         B=IND_B,
         Hq=IND_H,
+        # Grouped heads where declared: an RNG offset taken from the kv head index gives the query heads
+        # of a group one shared mask, which the head pairs below see at lag 0.
+        Hkv=IND_H // 2 if impl.declaration.gqa else IND_H,
         T=IND_T,
         S=IND_S,
         Dk=8,
