@@ -54,11 +54,13 @@ absolute bounds carried through dV = P^T dO, dP = dO V^T, D = rowsum(dO * O) or 
 (the larger bound: kernels use either; O is the kernel's *rounded* output, so D carries the forward
 bound), dS = P (dP - D), dQ = scale dS K, dK = scale dS^T Q, with GQA groups summed (their bounds
 add; each query head's share may be rounded to d first, as autograd through a repeat of K and V
-does, and the group sum itself may run in d, the shares added into a d buffer one at a time: g - 2
-rounded partial sums before the result's own rounding, each at most u_w times the sum of the
-shares' magnitudes; measured on torch's CPU flash backward, float16, g = 4: a dV error of 1.02 x
-the bound without this term, which a sequential float16 sum of torch's per-head shares reproduces)
-and each result rounded to d.
+does) and each result rounded to d. dK and dV may also be *accumulated* in d: torch's CPU flash
+backward adds each block of query rows' share (qSplitSize 32, 64 or 256 rows by T) and each query
+head's share of a GQA group into a float16/bfloat16 buffer (bit-exact emulation, 99 %+ of
+elements). The model takes blocks of at least ROW_BLOCK = 32 rows: n = g ceil(T / 32) parts,
+n - 1 rounded partial sums before the result's own rounding, each at most u_w times the sum of
+the terms' magnitudes. Without it, torch-sdpa-flash used 1.016 (float16 dV,
+g = 4, T = 8) and 1.004 (bfloat16 dV, g = 1, T = 256) of the allowance.
 See :func:`grad_bound`.
 
 Constants and why:
@@ -87,6 +89,7 @@ from conformance.oracle import Forward, expand_kv, fold_query_heads
 
 C_ENS = 2.0
 C_S = 4.0
+ROW_BLOCK = 32  # the fewest query rows a backward accumulates dK, dV over before storing them in d
 UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
 # Half the smallest subnormal: the smallest absolute error bound of a rounding into the dtype.
 HALF_SUBNORMAL = {"float64": 2.0**-1075, "float32": 2.0**-150, "float16": 2.0**-25, "bfloat16": 2.0**-134}
@@ -249,26 +252,29 @@ def grad_bound(
     # dK = scale dS^T Q, dV = P^T dO, each summed over the query heads of a kv head's group
     dst = np.swapaxes(ds, -1, -2)
     dk_e = (dst @ q) * scale
-    pre_k = scale * (np.swapaxes(e_ds, -1, -2) @ np.abs(q)) + (prec.gamma(case.T) + ir) * scale * (
-        np.swapaxes(ads, -1, -2) @ np.abs(q)
-    )
+    abs_k = scale * (np.swapaxes(ads, -1, -2) @ np.abs(q))  # sum of |terms|: bounds every partial sum
+    pre_k = scale * (np.swapaxes(e_ds, -1, -2) @ np.abs(q)) + (prec.gamma(case.T) + ir) * abs_k
     pt = np.swapaxes(p, -1, -2)
     dv_e = pt @ do
-    pre_v = np.swapaxes(pi, -1, -2) @ np.abs(do) + (prec.gamma(case.T) + ir) * (
-        (pt + np.swapaxes(pi, -1, -2)) @ np.abs(do)
-    )
+    abs_v = (pt + np.swapaxes(pi, -1, -2)) @ np.abs(do)
+    pre_v = np.swapaxes(pi, -1, -2) @ np.abs(do) + (prec.gamma(case.T) + ir) * abs_v
+    # dK, dV accumulated in d over blocks of ROW_BLOCK query rows and over the g heads of a group
+    n_parts = g * -(-case.T // ROW_BLOCK)
 
     def fold(x: np.ndarray) -> np.ndarray:
         return fold_query_heads(x, case.Hkv)
 
     out = []
-    for exact_e, pre_e in ((dk_e, pre_k), (dv_e, pre_v)):
+    for exact_e, pre_e, abs_e in ((dk_e, pre_k, abs_k), (dv_e, pre_v, abs_v)):
         if g > 1:  # autograd through a repeat of K, V stores each query head's share in d before the sum
             pre_e = pre_e + _round(prec, np.abs(exact_e) + pre_e)
         exact = fold(exact_e)
         pre = fold(pre_e) + prec.gamma(g) * fold(np.abs(exact_e) + pre_e) + prec.u_a * np.abs(exact)
-        if g > 2 and prec.u_w > prec.u_a:  # the group sum itself in d: g - 2 rounded partial sums
-            pre = pre + (g - 2) * _round(prec, fold(np.abs(exact_e) + pre_e))
+        # accumulated in d: n_parts - 1 rounded partial sums before the result's own rounding (with GQA
+        # one of them is the per-head store above)
+        extra = n_parts - (2 if g > 1 else 1)
+        if extra > 0 and prec.u_w > prec.u_a:
+            pre = pre + extra * _round(prec, fold(abs_e + pre_e))
         out.append(pre + _round(prec, np.abs(exact) + pre))
     return e_dq, out[0], out[1]
 
