@@ -89,6 +89,7 @@ class Worst:
 
     def __init__(self) -> None:
         self.rows: dict[tuple, tuple] = {}
+        self.cases: dict[tuple, object] = {}  # the case behind each row (for a closer look, see --dump)
         self.count = 0
 
     def add(self, kernel: str, source: str, what: str, case, actual, want, allowed) -> None:
@@ -106,6 +107,7 @@ class Worst:
         if key not in self.rows or r > self.rows[key][0]:
             detail = f"|exp|={abs(want[at]):.3g} err={abs(actual[at] - want[at]):.3g} allowed={allowed[at]:.3g}"
             self.rows[key] = (r, case.describe(), detail)
+            self.cases[key] = (case, at)
 
     def table(self, top: int) -> str:
         items = sorted(self.rows.items(), key=lambda kv: -kv[1][0])[:top]
@@ -122,11 +124,29 @@ def _numeric(what: str) -> bool:
     return what in ("dq", "dk", "dv") or "weights" in what or (what.startswith("output") and "(" not in what)
 
 
-def run_clauses(kernels: dict, worst: Worst, seeds: int, profile: str) -> None:
+def _load_profile_before_clauses(profile: str) -> None:
+    """Load the hypothesis profile *before* the clause modules are imported: each clause's settings
+    take their parent profile (and so derandomize) when its module is imported, as under pytest,
+    where the plugin loads the profile at configure time. ``ci`` with ``--seeds`` loads the ci counts
+    not derandomized (what --conformance-random-seeds does): every run of a hypothesis clause then
+    draws fresh examples."""
     from hypothesis import settings
 
-    catalog = load_clauses()
+    loaded = [m for m in sys.modules if m.startswith("conformance.clauses.test_")]
+    if loaded:
+        raise RuntimeError(f"clause modules imported before the profile was chosen: {loaded[:3]}")
+    strategies.register_profiles()
+    if profile == "ci-random":
+        parent = settings.get_profile(strategies.PREFIX + "ci")
+        settings.register_profile(strategies.PREFIX + "ci-random", parent=parent, derandomize=False)
     strategies.load_profile(profile)
+
+
+def run_clauses(kernels: dict, worst: Worst, seeds: int, profile: str) -> None:
+    """Every numeric clause once; with ``seeds`` > 0 (ci only) the ci counts with random seeds, and the
+    hypothesis clauses ``seeds`` more times."""
+    _load_profile_before_clauses("ci-random" if seeds and profile == "ci" else profile)
+    catalog = load_clauses()
     current = {"kernel": "", "clause": ""}
 
     def observe(what, case, actual, want, allowed):
@@ -136,11 +156,6 @@ def run_clauses(kernels: dict, worst: Worst, seeds: int, profile: str) -> None:
     hypo = [c for c, i in catalog.items() if getattr(i.func, "is_hypothesis_test", False)]
     with compare.observing(observe):
         for rep in range(seeds + 1):
-            if rep == 1 and profile == "ci":  # the ci counts, not derandomized (--conformance-random-seeds)
-                strategies.register_profiles()
-                parent = settings.get_profile(strategies.PREFIX + "ci")
-                settings.register_profile(strategies.PREFIX + "ci-random", parent=parent, derandomize=False)
-                strategies.load_profile("ci-random")
             ids = sorted(catalog) if rep == 0 else hypo
             for name, make in kernels.items():
                 current["kernel"] = name
@@ -185,13 +200,13 @@ def draw_case(rng: np.random.Generator, i: int, dtype: str, decl):
     return case
 
 
-def run_cases(kernels: dict, worst: Worst, n: int, seed: int) -> None:
+def run_cases(kernels: dict, worst: Worst, n: int, seed: int, dtypes: list[str] | None = None) -> None:
     for name, make in kernels.items():
         adapter = make()
         decl = adapter.declaration
         impl = GuardedAdapter(adapter, spec=name, timeout=0)
         rng = np.random.default_rng([seed, sum(map(ord, name))])
-        dts = sorted(decl.dtypes)
+        dts = sorted(d for d in decl.dtypes if not dtypes or d in dtypes)
         start = time.monotonic()
         for i in range(n):
             case = draw_case(rng, i, dts[i % len(dts)], decl)
@@ -220,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", default="ci", choices=("ci", "thorough"))
     ap.add_argument("--cases", type=int, default=0, help="random cases per kernel")
     ap.add_argument("--seed", type=int, default=int(time.time()), help="seed of the random cases (printed)")
+    ap.add_argument("--dtypes", help="random cases only in these dtypes (comma-separated)")
     ap.add_argument("--top", type=int, default=25)
     args = ap.parse_args(argv)
     kernels = kernels_for(args.kernels, args.only)
@@ -228,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         run_clauses(kernels, worst, args.seeds, args.profile)
     if args.cases:
         print(f"random cases: --seed {args.seed}", file=sys.stderr)
-        run_cases(kernels, worst, args.cases, args.seed)
+        run_cases(kernels, worst, args.cases, args.seed, args.dtypes.split(",") if args.dtypes else None)
     print(f"{worst.count} comparisons, {len(kernels)} kernels")
     print(worst.table(args.top))
     return 0

@@ -21,7 +21,8 @@ them on every pair (and the random-seed runs in docs/tolerance.md ran each in fu
 
 tests/zoo_more2.py adds round two (Kahan sums, uneven and empty splits, PackGQA, a two-pass softmax
 with e stored, xformers' cutlass tiles with a base-2 lse, split-K decode over 16 parts, causal
-bottom-right with skipped tiles, FlashDecoding++'s unified max), dealt with zoo_more's as one pool;
+bottom-right with skipped tiles, FlashDecoding++'s unified max, dK/dV accumulated in the input dtype
+per 32 query rows as torch's CPU backward does), dealt with zoo_more's as one pool;
 its refused formulations are checked to be refused where their docstrings say (NOT_ADMITTED2), and
 the open ones (OPEN: correct, refused today) are strict expected failures.
 """

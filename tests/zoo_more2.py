@@ -30,6 +30,9 @@ zoo-causal-skip-br              causal bottom-right (declared) with tiles of 32:
 zoo-unified-max-fallback        FlashDecoding++'s unified max: exp(s - phi) with a fixed phi, no
                                 running max and no rescaling; rows whose max leaves [phi, phi + 8]
                                 recomputed max-subtracted
+zoo-bwd-accumulate-lowp         torch's CPU flash backward: dK, dV accumulated in an input-dtype
+                                buffer, one rounded addition per block of 32 query rows and per
+                                query head of a GQA group (the error model's ROW_BLOCK term)
 ==============================  =================================================================
 
 ``OPEN`` holds correct production formulations the suite refuses today, each a question for the
@@ -40,6 +43,7 @@ lead (docs/tolerance.md, "Open"):
   rounding error of max * scale * log2 e, up to half an ulp: 128 at |s| ~ 2e9. MASK-EXACT-ZERO-10 and
   FLOAT-MASK-M-13 put the visible keys at s ~ -2e9; in float16 the residual was 80.8, P = 2^80.8
   overflows float16 (65504) and the output is NaN. Every other clause passes (ci, random seeds).
+  This is FlashAttention-2's own scale_apply_exp2 (exp2f(tensor * scale - max_scaled), fused to an ffma).
 * ``zoo-ring-sigmoid-merge``: ring attention's merge, out -= sigmoid(lse_b - lse) (out - out_b):
   its error is absolute (u |out|), not relative per weight; the V = I probe of GOLDEN-01's
   large-logits fixtures reads weights of ~1e-14 as 0 (float32, 24 000 x the allowance in a random case).
@@ -560,6 +564,58 @@ class UnifiedMaxFallback(ZooKernel):
         return _live_div(acc, l, work)
 
 
+# -- 11. a backward that accumulates dK, dV in the input dtype ------------------------------------------
+class BwdAccumulateLowp(ZooKernel):
+    """torch's CPU flash backward (measured, tolerance.py's ROW_BLOCK): dK and dV of a kv head live in an
+    input-dtype buffer, and each block of 32 query rows of each query head of its group adds its fp32
+    share into it, rounded at every addition: g * ceil(T / 32) rounded partial sums. The forward is the
+    plain max-subtracted one; P rounded for dV, dS rounded, D from the rounded output."""
+
+    name = "zoo-bwd-accumulate-lowp"
+    has_grad = True
+    ROWS = 32
+
+    def attend(self, case, work, q, k, v):
+        return _plain_forward(case, work, q, k, v)[0]
+
+    def vjp(self, case: Case, grad_out: np.ndarray):
+        work, q, k, v = _operands(case)
+        rnd = _rounder(case, work)
+        idx = _kv_index(case)
+        g = case.Hq // case.Hkv
+        o32, lse = _plain_forward(case, work, q, k, v)
+        do = np.asarray(grad_out).astype(work)
+        d = (do * rnd(o32)).sum(axis=-1, keepdims=True)
+        blocked, bias = _blocked_and_bias(case, work)
+        sc = work(case.effective_scale)
+        s = _scores(case, work, q, k, idx, blocked, bias)
+        live = np.isfinite(lse)
+        p = np.where(live, np.exp(s - np.where(live, lse, 0)), work(0))
+        ds = rnd(p * (do @ np.swapaxes(v[:, idx], -1, -2) - d))
+        dq = (ds @ k[:, idx]) * sc
+        dk = np.zeros(k.shape, dtype=work)
+        dv = np.zeros(v.shape, dtype=work)
+        for h in range(case.Hq):  # each query head of the group, each block of rows, added in the input dtype
+            for t0, t1 in _tiles(case.T, self.ROWS):
+                rows = slice(t0, t1)
+                dk[:, h // g] = rnd(dk[:, h // g] + (np.swapaxes(ds[:, h, rows], -1, -2) @ q[:, h, rows]) * sc)
+                dv[:, h // g] = rnd(dv[:, h // g] + np.swapaxes(rnd(p[:, h, rows]), -1, -2) @ do[:, h, rows])
+        lowp = np_dtype(case.dtype)
+        return dq.astype(lowp), dk.astype(lowp), dv.astype(lowp)
+
+
+def _plain_forward(case: Case, work, q, k, v):
+    """(fp32 output, lse): max-subtracted softmax, P rounded for P·V."""
+    idx = _kv_index(case)
+    blocked, bias = _blocked_and_bias(case, work)
+    s = _scores(case, work, q, k, idx, blocked, bias)
+    m = s.max(axis=-1, keepdims=True)
+    m = np.where(np.isneginf(m), work(0), m)
+    e = np.exp(s - m)
+    l = e.sum(axis=-1, keepdims=True)
+    return _live_div(_rounder(case, work)(e) @ v[:, idx], l, work), _lse_of(m, l, work)
+
+
 MORE2: dict[str, type[ZooKernel]] = {
     cls.name: cls
     for cls in (
@@ -571,6 +627,7 @@ MORE2: dict[str, type[ZooKernel]] = {
         DecodeSplit16Mlo,
         CausalSkipBottomRight,
         UnifiedMaxFallback,
+        BwdAccumulateLowp,
     )
 }
 
