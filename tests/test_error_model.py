@@ -129,3 +129,29 @@ def test_unbounded_allowance_still_requires_finite():
 def test_nan_bound_is_refused():
     with pytest.raises(ValueError, match="NaN"):
         tolerance.combine(np.array([1.0, np.nan]), None)
+
+
+def test_backward_accumulated_in_the_working_dtype_is_admitted_and_needs_its_term(monkeypatch):
+    """dK, dV accumulated in bfloat16 per 32 query rows (torch's CPU flash backward; tests/zoo_more2.py's
+    zoo-bwd-accumulate-lowp) stay inside the allowance, and only because of the ROW_BLOCK term: without
+    it the same kernel leaves the bound (V, dO >= 0, so the roundings cannot cancel)."""
+    from tests.zoo_more2 import BwdAccumulateLowp
+
+    kernel = BwdAccumulateLowp()
+
+    def worst_dv_share() -> float:
+        worst = 0.0
+        for seed in range(4):
+            case = random_case(seed, B=1, Hq=2, Hkv=2, T=256, S=24, Dk=32, dtype="bfloat16")
+            case = case.replace(value=np.abs(case.value))
+            do = np.abs(np.random.default_rng(seed).standard_normal(case.out_shape)).astype(case.query.dtype)
+            got = kernel.vjp(case, do)[2]
+            fwd = compare.expected(case, DECL)
+            rm = tolerance.row_model(case, fwd, tolerance.precision("bfloat16", "bfloat16"))
+            bound = tolerance.grad_bound(case, fwd, rm, tolerance.forward_bound(case, fwd, rm), do)[2]
+            worst = max(worst, _ratio(np.abs(got - oracle.vjp(case, do)[2]), bound))
+        return worst
+
+    assert worst_dv_share() <= 1.0
+    monkeypatch.setattr(tolerance, "ROW_BLOCK", 10**9)  # one block: no accumulation term
+    assert worst_dv_share() > 1.0
