@@ -155,3 +155,23 @@ def test_backward_accumulated_in_the_working_dtype_is_admitted_and_needs_its_ter
     assert worst_dv_share() <= 1.0
     monkeypatch.setattr(tolerance, "ROW_BLOCK", 10**9)  # one block: no accumulation term
     assert worst_dv_share() > 1.0
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_bound_depends_on_the_scale_magnitude_not_its_sign(dtype):
+    """(Q, -c) and (-Q, +c) give the same scores, so their first-order bounds must be equal. The
+    bound once multiplied magnitudes by the signed scale: with scale = -0.5 its dot-product and dQ/dK
+    terms turned negative and correct kernels (torch-sdpa float32/float64, jax) failed SCALE-NEGATIVE-05
+    by about 1.2x (found by a held-out mutant round)."""
+    case = random_case(17, B=1, Hq=2, Hkv=1, T=5, S=7, Dk=8, Dv=8, dtype=dtype, scale=-0.5)
+    mirror = case.replace(query=-np.asarray(case.query), scale=0.5)
+    g = np.random.default_rng(18).standard_normal(case.out_shape)
+    bounds = []
+    for c in (case, mirror):
+        fwd = compare.expected(c, DECL)
+        rm = tolerance.row_model(c, fwd, tolerance.precision(c.dtype, c.dtype))
+        out = tolerance.forward_bound(c, fwd, rm)
+        bounds.append([out, tolerance.weights_bound(rm), *tolerance.grad_bound(c, fwd, rm, out, g)])
+    for neg, pos in zip(*bounds):
+        assert np.all(neg >= 0)
+        np.testing.assert_allclose(neg, pos, rtol=1e-12, atol=0)

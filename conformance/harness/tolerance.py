@@ -160,7 +160,7 @@ def row_model(case: Case, fwd: Forward, prec: Precision) -> RowModel:
     k = expand_kv(np.asarray(case.key).astype(np.float64), case.Hq)
     scale = case.effective_scale
     kt = np.ascontiguousarray(np.swapaxes(k, -1, -2))
-    absdot = (np.abs(q) @ np.abs(kt)) * scale
+    absdot = (np.abs(q) @ np.abs(kt)) * abs(scale)  # a magnitude: a negative scale flips the dots, not it
     dots = (q @ kt) * scale
     bias = np.zeros(case.weights_shape)
     if case.bias is not None:
@@ -251,13 +251,14 @@ def grad_bound(
     ads = np.abs(ds) + e_ds
     # dQ = scale dS K
     dq = (ds @ k) * scale
-    pre_q = scale * (e_ds @ np.abs(k)) + (prec.gamma(case.S) + ir) * scale * (ads @ np.abs(k)) + prec.u_a * np.abs(dq)
+    pre_q = abs(scale) * (e_ds @ np.abs(k)) + (prec.gamma(case.S) + ir) * abs(scale) * (ads @ np.abs(k))
+    pre_q = pre_q + prec.u_a * np.abs(dq)
     e_dq = pre_q + _round(prec, np.abs(dq) + pre_q)
     # dK = scale dS^T Q, dV = P^T dO, each summed over the query heads of a kv head's group
     dst = np.swapaxes(ds, -1, -2)
     dk_e = (dst @ q) * scale
-    abs_k = scale * (np.swapaxes(ads, -1, -2) @ np.abs(q))  # sum of |terms|: bounds every partial sum
-    pre_k = scale * (np.swapaxes(e_ds, -1, -2) @ np.abs(q)) + (prec.gamma(case.T) + ir) * abs_k
+    abs_k = abs(scale) * (np.swapaxes(ads, -1, -2) @ np.abs(q))  # sum of |terms|: bounds every partial sum
+    pre_k = abs(scale) * (np.swapaxes(e_ds, -1, -2) @ np.abs(q)) + (prec.gamma(case.T) + ir) * abs_k
     pt = np.swapaxes(p, -1, -2)
     dv_e = pt @ do
     abs_v = (pt + np.swapaxes(pi, -1, -2)) @ np.abs(do)
