@@ -40,6 +40,7 @@ FORMULA = Source(
         "gqa_wrong_mapping@bfloat16",
         "batch_mask_mixup@float16",
         "value_in_similarity@float64",
+        "single_key_returns_v",
     ],
 )
 @examples(50)

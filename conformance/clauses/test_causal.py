@@ -113,6 +113,7 @@ def test_causal_alignment(impl, dtype):
         "declares_bottom_right_runs_top_left",
         "drop_key_tail_tile32",
         "decode_tail_lanes_read_last_key",
+        "decode_causal_noop",
     ],
 )
 def test_decode_single_query(impl, dtype):

@@ -226,7 +226,13 @@ def _check_empty_rows(impl: GuardedAdapter, case: Case) -> None:
     "declared fill, never a stray NaN; its backward is finite when the fill is zeros",
     ALL_BLOCKED,
     requires=["float_mask"],
-    kills=["nan_on_all_blocked_bias", "nan_on_all_blocked", "bias_cached_by_shape", "grad_variant_empty_rows_nan"],
+    kills=[
+        "nan_on_all_blocked_bias",
+        "nan_on_all_blocked",
+        "bias_cached_by_shape",
+        "grad_variant_empty_rows_nan",
+        "grad_empty_rows_uniform",
+    ],
 )
 def test_all_blocked_by_neg_inf(impl, dtype):
     """M alone, then M together with a boolean mask. The second runs only where the kernel declares

@@ -78,7 +78,7 @@ def test_cross_attention_shapes(impl, dtype):
     "XATTN-TILE-TAILS-02",
     "sequence lengths just below and above tile boundaries (31/33, 63/65, 127/129) and S > 1000: every key and every query row counts",
     KEY_AXIS,
-    kills=["drop_key_tail_tile32", "drop_query_tail_tile32"],
+    kills=["drop_key_tail_tile32", "drop_query_tail_tile32", "fp16_out_float32_past_t64@float16"],
 )
 def test_tile_tails(impl, dtype):
     cases = [

@@ -143,6 +143,7 @@ def _hint(impl: GuardedAdapter, case: Case, z: np.ndarray, grads, grad_out: np.n
         "grad_dropout_delta_double_scaled",
         "grad_dropout_jacobian_dropped_p",
         "dropout_ignores_seed",  # no replay: no mask to check the backward against
+        "dropout_causal_grad_shifted",
     ],
     tolerance="the GRAD clauses' allowance (first-order bound of a FlashAttention-style backward, 2 x ensemble "
     "spread) of the mask lifted into the values, one dropout-free row per item; dK and dV add the sum over rows "

@@ -266,7 +266,7 @@ def test_blocked_kv_inert(impl, dtype):
     "an additive float mask of finite values is added to the scaled scores: not read as a boolean, not multiplied by the scale",
     ADDITIVE,
     requires=["float_mask"],
-    kills=["bias_as_boolean", "bias_scaled", "bias_head0_for_all_heads"],
+    kills=["bias_as_boolean", "bias_scaled", "bias_head0_for_all_heads", "float_mask_row0_key_padding"],
 )
 def test_float_mask_is_added(impl, dtype):
     B, H, T, S = SHAPE
