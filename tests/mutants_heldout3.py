@@ -14,10 +14,10 @@ Each class is one bug; its docstring says where it is wrong and where it is righ
 time through every clause (``pytest conformance/clauses --impl=tests.mutants_heldout3:Class -x``):
 
 * ``@mutant``: claimed by the clause that catches it, so ``tests/test_clauses_bite.py`` checks the kill:
-  an existing clause's ``kills`` (15 of them), or a clause written for the 11 that passed every clause
+  an existing clause's ``kills`` (13 of them), or a clause written for the 10 that passed every clause
   (``conformance/clauses/test_size_paths.py``, ``test_backward_sizes.py``, ``test_reused_buffers.py``;
-  the two ``id()``-keyed caches failed META-INDEPENDENT-05 / STATE-KEYS-01 only when the allocator
-  reused a freed address, which hypothesis reported as flaky, so STATE-INPLACE-06 claims them);
+  and for the two ``id()``-keyed caches, which failed META-INDEPENDENT-05 / STATE-KEYS-01 only when the allocator
+  reused a freed address, which hypothesis reported as flaky, STATE-INPLACE-06);
 * ``@not_caught``: not caught, with the reason (none in this round).
 
 Long (a catalogue: one small class per bug, no shared logic beyond the correct base kernels).

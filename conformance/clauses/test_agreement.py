@@ -40,7 +40,7 @@ FORMULA = Source(
         "gqa_wrong_mapping@bfloat16",
         "batch_mask_mixup@float16",
         "value_in_similarity@float64",
-        "single_key_returns_v",
+        "single_key_returns_v@float32",
     ],
 )
 @examples(50)
