@@ -30,7 +30,6 @@ from collections.abc import Callable
 
 import numpy as np
 
-from conformance.contract import np_dtype
 from implementations.flash_attn_kvcache import FLASH_ATTN_KVCACHE_DEFAULTS, FlashAttnKVCacheFunctionAdapter
 from tests.mutants import BaseKernel, mutant
 from tests.mutants_features import DropoutKernel, GradKernel
@@ -306,30 +305,10 @@ class GradWindowGqaWrongGroup(VariantKernel):
     """Under a window the backward's GQA fold reshapes as [B, g, Hkv] (heads interleaved) instead of
     [B, Hkv, g]: right without a window, and whenever g == 1 or Hkv == 1."""
 
-    def vjp(self, case, grad_out):
+    def fold_group(self, x, case):
         if case.window is None or case.Hq == case.Hkv:
-            return super().vjp(case, grad_out)
-        self.validate(case)
-        q, k, v = self.operands(case)
-        w = self.work(case)
-        with np.errstate(invalid="ignore", over="ignore"):
-            p = self.weights(case)
-        do = grad_out.astype(w)
-        dp = do @ np.swapaxes(v, -1, -2)
-        ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True))
-        scale = w(self.scale(case))
-        if case.softcap:
-            ds = ds * self.cap_grad(self.raw_scores(case, q, k, v) * scale, w(case.softcap)).astype(w)
-        dq = ds @ k * scale
-        dk = np.swapaxes(ds, -1, -2) @ q * scale
-        dv = np.swapaxes(p, -1, -2) @ do
-        g = case.Hq // case.Hkv
-
-        def fold(x):
-            return x.reshape(case.B, g, case.Hkv, *x.shape[2:]).sum(axis=1)
-
-        low = np_dtype(case.dtype)
-        return dq.astype(low), fold(dk).astype(low), fold(dv).astype(low)
+            return super().fold_group(x, case)
+        return x.reshape(case.B, case.Hq // case.Hkv, case.Hkv, *x.shape[2:]).sum(axis=1)
 
 
 @mutant("varlen_grad_breaks_on_empty")

@@ -188,13 +188,12 @@ class VariantKernel(BaseKernel):
         dq = ds @ k * scale
         dk = np.swapaxes(ds, -1, -2) @ q * scale
         dv = np.swapaxes(p, -1, -2) @ do
-        g = case.Hq // case.Hkv
-
-        def fold(x):
-            return x.reshape(case.B, case.Hkv, g, *x.shape[2:]).sum(axis=2)
-
         low = np_dtype(case.dtype)
-        return dq.astype(low), fold(dk).astype(low), fold(dv).astype(low)
+        return dq.astype(low), self.fold_group(dk, case).astype(low), self.fold_group(dv, case).astype(low)
+
+    def fold_group(self, x: np.ndarray, case: Case) -> np.ndarray:
+        """dK or dV per query head [B, Hq, S, D] summed over each kv head's group of query heads."""
+        return x.reshape(case.B, case.Hkv, case.Hq // case.Hkv, *x.shape[2:]).sum(axis=2)
 
 
 MUTANT_BASE = VariantKernel
