@@ -37,7 +37,7 @@ import numpy as np
 
 from conformance.contract import np_dtype
 from tests.mutants import BaseKernel, mutant
-from tests.mutants_features import BatchInvariantKernel, DropoutKernel, GradKernel
+from tests.mutants_features import BatchDependentReduction, BatchInvariantKernel, DropoutKernel, GradKernel
 from tests.mutants_variants import VariantKernel
 
 NOT_CAUGHT: dict[str, tuple[str, type]] = {}
@@ -581,15 +581,7 @@ class BatchVariantUnderMask(BatchInvariantKernel):
     def forward(self, case):
         if case.mask is None and not case.is_causal:
             return super().forward(case)
-        self.validate(case)
-        _, _, v = self.operands(case)
-        p = self.weights(case)
-        chunk = max(1, case.S // (1 + case.B))
-        out = np.zeros(p.shape[:-1] + (v.shape[-1],), dtype=p.dtype)
-        with np.errstate(invalid="ignore"):
-            for start in range(0, case.S, chunk):
-                out = out + p[..., start : start + chunk] @ v[..., start : start + chunk, :]
-        return self.finish(out, case)
+        return BatchDependentReduction.forward(self, case)  # the B-keyed split-K, on this path only
 
 
 @mutant("gqa_backward_atomic_order")
