@@ -328,16 +328,22 @@ class SplitKvCombine(ZooKernel):
             with np.errstate(divide="ignore"):
                 lses.append(np.where(l > 0, m + np.log(np.where(l > 0, l, 1)), -np.inf).astype(work))
             outs.append(o)  # fp32 partial (FA2's oaccum)
-        lse = np.stack(lses)
-        lse_max = lse.max(axis=0)
-        lse_max = np.where(np.isneginf(lse_max), work(0), lse_max)
-        total = np.exp(lse - lse_max).sum(axis=0)
-        with np.errstate(divide="ignore"):
-            lse_logsum = np.where(total == 0, work(np.inf), np.log(np.where(total == 0, 1, total)) + lse_max)
-        out = np.zeros(case.out_shape, dtype=work)
-        for o, part_lse in zip(outs, lses):
-            out = out + np.exp(part_lse - lse_logsum) * o
-        return out
+        return _combine_splits(outs, lses, work, case.out_shape)
+
+
+def _combine_splits(outs: list[np.ndarray], lses: list[np.ndarray], work, out_shape: tuple) -> np.ndarray:
+    """FlashAttention-2's split-KV combine kernel: each part's normalised partial output weighted by
+    exp(lse_part - lse_logsum), lse_logsum the log-sum-exp of the parts' lse (a row no part sees stays 0)."""
+    lse = np.stack(lses)
+    lse_max = lse.max(axis=0)
+    lse_max = np.where(np.isneginf(lse_max), work(0), lse_max)
+    total = np.exp(lse - lse_max).sum(axis=0)
+    with np.errstate(divide="ignore"):
+        lse_logsum = np.where(total == 0, work(np.inf), np.log(np.where(total == 0, 1, total)) + lse_max)
+    out = np.zeros(out_shape, dtype=work)
+    for o, part_lse in zip(outs, lses):
+        out = out + np.exp(part_lse - lse_logsum) * o
+    return out
 
 
 # -- 7. Hugging Face eager attention: finfo.min instead of -inf -----------------------------------------

@@ -59,7 +59,7 @@ import numpy as np
 
 from conformance.contract import Case, np_dtype
 from tests.zoo_kernels import ZooKernel, _rounder, _sum_groups
-from tests.zoo_more import _blocked_and_bias, _kv_index, _operands, _tiles
+from tests.zoo_more import _blocked_and_bias, _combine_splits, _kv_index, _operands, _tiles
 
 LOG2E = 1.0 / math.log(2.0)
 LN2 = math.log(2.0)
@@ -233,16 +233,7 @@ class SplitUnevenEmpty(ZooKernel):
             l = p.sum(axis=-1, keepdims=True)
             outs.append(_live_div(rnd(p) @ v[:, idx, a:b], l, work))
             lses.append(_lse_of(m, l, work))
-        lse = np.stack(lses)
-        top = lse.max(axis=0)
-        top = np.where(np.isneginf(top), work(0), top)
-        total = np.exp(lse - top).sum(axis=0)
-        with np.errstate(divide="ignore"):
-            logsum = np.where(total == 0, work(np.inf), np.log(np.where(total == 0, 1, total)) + top)
-        out = np.zeros(case.out_shape, dtype=work)
-        for o, part in zip(outs, lses):
-            out = out + np.exp(part - logsum) * o
-        return out
+        return _combine_splits(outs, lses, work, case.out_shape)
 
 
 # -- 4. PackGQA: K and V loaded once per group ---------------------------------------------------------
