@@ -269,6 +269,13 @@ class GqaPerHeadMaskByKvHead(BaseKernel):
         return super().blocked(case.replace(mask=m[:, np.arange(case.Hq) // g]))
 
 
+def blocking_part_of_bias(case):
+    """``case`` with its additive M reduced to the -inf entries (they still block), its finite values
+    dropped: what a code path that reads M as a mask only computes."""
+    b = np.asarray(case.bias, dtype=np.float64)
+    return case.replace(bias=np.where(np.isneginf(b), -np.inf, 0.0))
+
+
 @mutant("bias_dropped_on_gqa_path")
 class BiasDroppedOnGqaPath(BaseKernel):
     """The grouped-query path takes the boolean mask and is_causal but drops the additive M (its
@@ -276,8 +283,7 @@ class BiasDroppedOnGqaPath(BaseKernel):
 
     def weights(self, case):
         if case.is_gqa and case.bias is not None:
-            b = np.asarray(case.bias, dtype=np.float64)
-            case = case.replace(bias=np.where(np.isneginf(b), -np.inf, 0.0))
+            case = blocking_part_of_bias(case)
         return super().weights(case)
 
 

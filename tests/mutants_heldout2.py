@@ -38,6 +38,7 @@ import numpy as np
 from conformance.contract import np_dtype
 from tests.mutants import BaseKernel, mutant
 from tests.mutants_features import BatchDependentReduction, BatchInvariantKernel, DropoutKernel, GradKernel
+from tests.mutants_heldout import blocking_part_of_bias
 from tests.mutants_variants import VariantKernel
 
 NOT_CAUGHT: dict[str, tuple[str, type]] = {}
@@ -547,8 +548,7 @@ class GradBiasIgnoredInBackward(GradKernel):
     def backward_weights(self, case):
         if case.bias is None:
             return super().backward_weights(case)
-        b = np.asarray(case.bias, dtype=np.float64)
-        return super().weights(case.replace(bias=np.where(np.isneginf(b), -np.inf, 0.0)))
+        return super().weights(blocking_part_of_bias(case))
 
 
 @mutant("bias_head0_for_all_heads")
@@ -626,8 +626,7 @@ class LseIgnoresBias(VariantKernel):
     def lse(self, case):
         if case.bias is None:
             return super().lse(case)
-        b = np.asarray(case.bias, dtype=np.float64)
-        return super().lse(case.replace(bias=np.where(np.isneginf(b), -np.inf, 0.0)))
+        return super().lse(blocking_part_of_bias(case))
 
 
 @mutant("dropout_mask_per_kv_head")
