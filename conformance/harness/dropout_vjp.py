@@ -106,8 +106,7 @@ def dropout_vjp(
     def summed(parts: np.ndarray, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         exact = _fold_rows(case, parts)
         pre = _fold_rows(case, allowed) + prec.gamma(terms) * _fold_rows(case, np.abs(parts) + allowed)
-        with np.errstate(invalid="ignore", over="ignore"):
-            return exact, pre + np.maximum(prec.u_w * (np.abs(exact) + pre), prec.eta)
+        return exact, pre + prec.rounding(np.abs(exact) + pre)
 
     dk, ak = summed(_per_row(case, dk_t), _per_row(case, ak_t))
     dv, av = summed(z * _per_row(case, dv_t), z * _per_row(case, av_t))

@@ -65,7 +65,7 @@ def lse_allowance(case: Case, decl: Declaration) -> np.ndarray:
     # The row model of the lowered case, on its own forward: with sinks it has one more key (the sink).
     rm = tolerance.row_model(low, _forward(low, decl), prec)
     mag = np.where(fwd.all_blocked, 0.0, np.abs(fwd.lse))
-    allowed = rm.eps + prec.gamma(2 * case.S + 8) + prec.u_a * mag + np.maximum(prec.u_w * mag, prec.eta)
+    allowed = rm.eps + prec.gamma(2 * case.S + 8) + prec.u_a * mag + prec.rounding(mag)
     allowed = np.where(fwd.all_blocked, 0.0, allowed)
     return allowed / LN2 if decl.lse_base == "2" else allowed
 

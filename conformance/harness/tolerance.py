@@ -116,6 +116,12 @@ class Precision:
         nu = np.asarray(n, dtype=np.float64) * self.u_a
         return nu / (1.0 - np.minimum(nu, 0.5))
 
+    def rounding(self, magnitude: np.ndarray) -> np.ndarray:
+        """Bound on the error of rounding a value of the given magnitude into the working dtype:
+        u_w relative, or eta absolute where the value is subnormal there."""
+        with np.errstate(invalid="ignore", over="ignore"):
+            return np.maximum(self.u_w * magnitude, self.eta)
+
 
 def precision(case_dtype: str, rule_dtype: str) -> Precision:
     u_w = UNIT_ROUNDOFF[rule_dtype]
@@ -136,12 +142,6 @@ def _scaled(factor: np.ndarray, x: np.ndarray) -> np.ndarray:
     """factor * x with 0 where x == 0 (an infinite factor times nothing is nothing)."""
     with np.errstate(invalid="ignore", over="ignore"):
         return np.where(x == 0, 0.0, factor * x)
-
-
-def _round(prec: Precision, magnitude: np.ndarray) -> np.ndarray:
-    """Bound on the error of rounding a value of the given magnitude into the working dtype."""
-    with np.errstate(invalid="ignore", over="ignore"):
-        return np.maximum(prec.u_w * magnitude, prec.eta)
 
 
 @dataclass(frozen=True)
@@ -198,7 +198,7 @@ def forward_bound(case: Case, fwd: Forward, rm: RowModel) -> np.ndarray:
         pre = pre + prec.u_a * wv
     o = np.abs(np.nan_to_num(fwd.out, nan=0.0))
     pre = pre + prec.u_a * o
-    return pre + _round(prec, o + pre)
+    return pre + prec.rounding(o + pre)
 
 
 def weights_bound(rm: RowModel) -> np.ndarray:
@@ -246,14 +246,14 @@ def grad_bound(
     e_d = np.maximum(via_out, via_p)
     ds = p * (dp - d_exact)
     e_ds = _scaled(pi, np.abs(dp - d_exact)) + _scaled(p + pi, e_dp + e_d) + 2 * prec.u_a * np.abs(ds)
-    e_ds = e_ds + _round(prec, np.abs(ds) + e_ds) * rm.visible  # dS rounded to d before dQ, dK
+    e_ds = e_ds + prec.rounding(np.abs(ds) + e_ds) * rm.visible  # dS rounded to d before dQ, dK
     e_ds = np.where(live & rm.visible, e_ds, 0.0)
     ads = np.abs(ds) + e_ds
     # dQ = scale dS K
     dq = (ds @ k) * scale
     pre_q = abs(scale) * (e_ds @ np.abs(k)) + (prec.gamma(case.S) + ir) * abs(scale) * (ads @ np.abs(k))
     pre_q = pre_q + prec.u_a * np.abs(dq)
-    e_dq = pre_q + _round(prec, np.abs(dq) + pre_q)
+    e_dq = pre_q + prec.rounding(np.abs(dq) + pre_q)
     # dK = scale dS^T Q, dV = P^T dO, each summed over the query heads of a kv head's group
     dst = np.swapaxes(ds, -1, -2)
     dk_e = (dst @ q) * scale
@@ -272,15 +272,15 @@ def grad_bound(
     out = []
     for exact_e, pre_e, abs_e in ((dk_e, pre_k, abs_k), (dv_e, pre_v, abs_v)):
         if g > 1:  # autograd through a repeat of K, V stores each query head's share in d before the sum
-            pre_e = pre_e + _round(prec, np.abs(exact_e) + pre_e)
+            pre_e = pre_e + prec.rounding(np.abs(exact_e) + pre_e)
         exact = fold(exact_e)
         pre = fold(pre_e) + prec.gamma(g) * fold(np.abs(exact_e) + pre_e) + prec.u_a * np.abs(exact)
         # accumulated in d: n_parts - 1 rounded partial sums before the result's own rounding (with GQA
         # one of them is the per-head store above)
         extra = n_parts - (2 if g > 1 else 1)
         if extra > 0 and prec.u_w > prec.u_a:
-            pre = pre + extra * _round(prec, fold(abs_e + pre_e))
-        out.append(pre + _round(prec, np.abs(exact) + pre))
+            pre = pre + extra * prec.rounding(fold(abs_e + pre_e))
+        out.append(pre + prec.rounding(np.abs(exact) + pre))
     return e_dq, out[0], out[1]
 
 
