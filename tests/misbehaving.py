@@ -65,6 +65,18 @@ class Hangs(_Misbehaving):
         return out
 
 
+class Spins(_Misbehaving):
+    """Loops in Python for 30 s on the float32 worked example (no system call for an alarm to
+    interrupt): the timeout must still cut it off on the caller's thread."""
+
+    def misbehave(self, case, out):
+        if case.dtype == "float32":
+            end = time.monotonic() + 30
+            while time.monotonic() < end:
+                pass
+        return out
+
+
 class ModifiesInput(_Misbehaving):
     def misbehave(self, case, out):
         case.query[...] = 0  # the "scale q in place" shortcut, applied to the caller's array

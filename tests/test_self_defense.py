@@ -30,6 +30,7 @@ CASES = [
     ("ModifiesInput", "modified its input 'query' in place"),
     ("ReturnsView", "output shares memory with an input"),
     ("Hangs", "did not return within 1 s (--call-timeout)"),
+    ("Spins", "did not return within 1 s (--call-timeout)"),
 ]
 
 

@@ -10,13 +10,13 @@ into a failure naming the exception; checks the result's type, shape and dtype; 
 the inputs were not modified and that the result is not a view of them.
 
 Long because it is one class whose every check wraps the same call; the undeclared-refusal hint
-(:func:`declarations_ruling_out`) and the timeout are the only helpers, and live beside it.
+(:func:`declarations_ruling_out`) is its only helper; the timeout, which runs the kernel on the
+caller's own thread, is ``harness.call_timeout``'s.
 """
 
 from __future__ import annotations
 
-import threading
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any
 
@@ -24,9 +24,10 @@ import numpy as np
 import pytest
 
 from conformance.contract import Case, Declaration, NotApplicable, np_dtype
+from conformance.harness import causes_features
 from conformance.harness import cells as space_cells
+from conformance.harness.call_timeout import DEFAULT_CALL_TIMEOUT, CallTimedOut, call_with_timeout
 from conformance.harness.report import AdapterError, ClauseViolation
-from conformance.harness.runstate import DEFAULT_CALL_TIMEOUT
 
 DEFAULT_TIMEOUT = DEFAULT_CALL_TIMEOUT  # one default for the option and for direct use
 
@@ -63,29 +64,12 @@ def declarations_ruling_out(case: Case, decl: Declaration) -> list[str]:
 
 
 def _call_with_timeout(fn: Callable[[], Any], timeout: float, what: str, case: Case | None = None) -> Any:
-    """Run ``fn`` in a daemon thread; a hang becomes a failure instead of a stuck suite.
-
-    Python cannot kill a thread: a hung kernel keeps its thread (and a core) until the process
-    ends, but the suite reports it and moves on, which is the property that matters.
-    """
-    if not timeout or timeout <= 0:
-        return fn()
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
-            box["error"] = exc
-
-    worker = threading.Thread(target=run, name=f"sdpa-conformance {what}", daemon=True)
-    worker.start()
-    worker.join(timeout)
-    if worker.is_alive():
-        raise AdapterError(f"{what} did not return within {timeout:g} s (--call-timeout); the call was abandoned", case)
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+    """Run ``fn`` on this thread under ``timeout`` (harness.call_timeout); a hang becomes a failure
+    of the running clause instead of a stuck suite."""
+    try:
+        return call_with_timeout(fn, timeout, what)
+    except CallTimedOut as exc:
+        raise AdapterError(str(exc), case) from None
 
 
 class GuardedAdapter:
@@ -118,6 +102,8 @@ class GuardedAdapter:
         self.refused: list[str] = []  # cases refused although the declaration covers them
         self.examples_run = 0  # hypothesis examples that reached the kernel
         self.cells: Counter[str] = Counter()  # case-space cells reached (harness.cells)
+        self.case_features: Counter[str] = Counter()  # harness.causes_features keys of the calls that returned
+        self.recent_calls: deque[tuple[Case, str, str | None]] = deque(maxlen=8)  # (case, call, key): causes
         self._last_example: Any = None
 
     def _count_example(self) -> None:
@@ -167,6 +153,8 @@ class GuardedAdapter:
         snapshots = [(n, np.array(a, copy=True)) for n, a in inputs]
         self.calls += 1
         self._count_example()
+        refusals = causes_features.refusal_count(self.adapter)
+        self.recent_calls.append((case, what, None))
         try:
             result = _call_with_timeout(fn, self.timeout, f"{self.name}.{what}", case)
         except NotApplicable as exc:
@@ -194,6 +182,10 @@ class GuardedAdapter:
                 raise AdapterError(f"{self.name}.{what} modified its input {name!r} in place", case)
         self.cases_run += 1
         self.cells.update(space_cells.cells_of(case))
+        feats = causes_features.key(case, what, causes_features.folded_by(self.adapter, self.declaration, case, refusals))
+        self.recent_calls[-1] = (case, what, feats)
+        if feats is not None:
+            self.case_features[feats] += 1
         return result, [a for _, a in inputs]
 
     def _check_array(self, arr: Any, what: str, shape: tuple, case: Case, inputs: list) -> np.ndarray:

@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from conformance.harness.call_timeout import DEFAULT_CALL_TIMEOUT  # noqa: F401 - re-exported: options, failures
+
 # Option destinations, named once (pytest derives them from the flags: --impl -> "impl").
 OPT_IMPL = "impl"
 OPT_DECLARE = "declare"
@@ -27,7 +29,6 @@ OPT_BASELINE = "baseline"
 OPT_RECORD_BASELINE = "record_baseline"
 
 HYPOTHESIS_PROFILES = ("ci", "thorough")
-DEFAULT_CALL_TIMEOUT = 120.0
 STATE_KEY = pytest.StashKey["State"]()
 
 
@@ -111,24 +112,29 @@ def verdicts(config: pytest.Config) -> dict[str, Any]:
     if state is None:
         return {}
     if state.verdicts is None:
-        from conformance.harness import verdict
+        from conformance.harness import deviations, verdict
 
         rows: dict[str, list] = {}
         for r in state.results:
             rows.setdefault(str(r["impl"]), []).append(verdict.ClauseResult.from_dict(r))
         plan = planned_dtypes() if rows else {}
-        state.verdicts = {spec: verdict.decide(rs, plan) for spec, rs in rows.items()}
+        state.verdicts = {
+            spec: verdict.decide(rs, plan, deviations.of_resolved(state.resolved.get(spec)))
+            for spec, rs in rows.items()
+        }
     return state.verdicts
 
 
-def clause_result(item: pytest.Item, rep: pytest.TestReport, info: Any) -> Any:
-    """The verdict's record of one clause test: its outcome, and the cases it covered."""
+def clause_result(item: pytest.Item, rep: pytest.TestReport, info: Any, expected: tuple[str, str] | None = None) -> Any:
+    """The verdict's record of one clause test: its outcome, and the cases it covered.
+
+    ``expected``: (outcome, reason) when an expectations file decided the outcome (harness.expectations)."""
     from conformance.harness import verdict
 
     callspec = getattr(item, "callspec", None)
     params = callspec.params if callspec else {}
-    outcome, reason = rep.outcome, ""
-    if rep.skipped and isinstance(rep.longrepr, tuple):
+    outcome, reason = expected or (rep.outcome, "")
+    if expected is None and rep.skipped and isinstance(rep.longrepr, tuple):
         reason = str(rep.longrepr[2]).removeprefix("Skipped: ")
         if reason.startswith("not in profile"):
             outcome = verdict.NOT_IN_PROFILE

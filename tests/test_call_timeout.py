@@ -1,0 +1,114 @@
+"""The per-call timeout runs the kernel on the caller's own thread (harness.call_timeout).
+
+A library with thread-bound state (tests/thread_bound.py: a SQLite connection made at import on the
+main thread) certifies under the harness as in a user's script, and a hang is still cut off, both on
+the main thread (SIGALRM) and on another thread (an asynchronous exception).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conformance.harness.call_timeout import CallTimedOut, call_with_timeout
+
+pytest_plugins = ["pytester"]
+pytestmark = pytest.mark.usefixtures("restore_hypothesis_profile")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _spin(seconds: float) -> str:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+    return "returned"
+
+
+def test_the_kernel_runs_on_the_calling_thread():
+    assert call_with_timeout(threading.get_ident, 5.0, "k.forward") == threading.get_ident()
+    assert call_with_timeout(threading.get_ident, 0, "k.forward") == threading.get_ident()
+
+
+@pytest.mark.parametrize("hang", [lambda: time.sleep(30), lambda: _spin(30)], ids=["sleeps", "spins"])
+def test_a_hang_on_the_main_thread_is_cut_off(hang):
+    assert threading.current_thread() is threading.main_thread()
+    start = time.monotonic()
+    with pytest.raises(CallTimedOut, match=r"k.forward did not return within 0.2 s \(--call-timeout\)"):
+        call_with_timeout(hang, 0.2, "k.forward")
+    assert time.monotonic() - start < 5
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)  # no alarm left behind
+
+
+def test_a_hang_on_another_thread_is_cut_off_there():
+    box = {}
+
+    def worker():
+        try:
+            call_with_timeout(lambda: _spin(30), 0.2, "k.forward")
+        except CallTimedOut as exc:
+            box["error"] = exc
+        box["thread"] = threading.get_ident()
+        _spin(0.5)  # no interruption surfaces after the call
+        box["after"] = "clean"
+
+    t = threading.Thread(target=worker)
+    start = time.monotonic()
+    t.start()
+    t.join(10)
+    assert not t.is_alive() and time.monotonic() - start < 5
+    assert "did not return within 0.2 s" in str(box["error"]) and box["after"] == "clean"
+
+
+def test_a_call_that_returns_in_time_leaves_no_interruption_behind():
+    for _ in range(50):
+        assert call_with_timeout(lambda: _spin(0.001), 0.05, "k.forward") == "returned"
+    _spin(0.2)  # an alarm or an asynchronous exception left armed would fire here
+
+
+def test_another_plugins_timer_is_restored():
+    fired = []
+    previous = signal.signal(signal.SIGALRM, lambda *_: fired.append(True))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.6)
+        assert call_with_timeout(lambda: _spin(0.05), 5.0, "k.forward") == "returned"
+        remaining, _ = signal.getitimer(signal.ITIMER_REAL)
+        assert 0 < remaining < 0.6
+        time.sleep(1.0)
+        assert fired == [True]
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_the_thread_bound_kernel_refuses_other_threads():
+    """Control: the self-test kernel really is thread-bound, so the certification below means something."""
+    import sqlite3
+
+    from tests.thread_bound import ThreadBound
+
+    errors = []
+    t = threading.Thread(target=lambda: _record(errors, ThreadBound()._read_state))
+    t.start()
+    t.join()
+    assert errors and isinstance(errors[0], sqlite3.ProgrammingError), errors
+
+
+def _record(errors: list, fn) -> None:
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001 - the test inspects it
+        errors.append(exc)
+
+
+def test_a_thread_bound_kernel_certifies(pytester):
+    result = pytester.runpytest_inprocess(
+        str(ROOT / "conformance" / "clauses"), "--impl=tests.thread_bound:ThreadBound", "-p", "no:cacheprovider", "-q"
+    )
+    text = result.stdout.str()
+    assert "ProgrammingError" not in text, text[-3000:]
+    assert "tests.thread_bound:ThreadBound: CONFORMS" in text, text[-3000:]
+    assert result.ret == 0
