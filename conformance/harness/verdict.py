@@ -12,12 +12,20 @@ is written once:
   that is not the kernel's declaration). A partial run is never a certification.
 * **NOT RUN** — nothing failed and nothing passed: the declaration ruled every clause out, or the
   adapter is unavailable here.
+* **DEVIATES AS EXPECTED** — no unexpected failure, but some clause tests failed as an expectations
+  file lists them (harness.expectations: known deviations of a library, each with its reason). Not
+  a claim of conformance; exit code 0, so a library's CI gates on "no new deviation". An expectation
+  whose clause now passes is *stale* and fails the run (DOES NOT CONFORM), as pytest's strict xfail.
+* **CONFORMS AS DECLARED** — every clause passed or was not applicable, under a declaration that
+  departs from rules the spec states (harness.deviations: e.g. ``all_blocked=mean-v`` against 000 §8's
+  zero rows); the verdict lists each deviation with the sentence it departs from.
 * **CONFORMS** — every clause of the profile ran on every planned dtype and each passed or was not
-  applicable *by the kernel's declaration*.
+  applicable *by the kernel's declaration*, and the declaration deviates from no rule of the spec.
 
 Clauses that belong to another profile (the long-sequence clauses of ``thorough``) are listed as
 "not in this profile" and do not count either way. Records cross process boundaries (pytest-xdist
 workers) as plain dicts, hence :meth:`ClauseResult.as_dict` / :meth:`ClauseResult.from_dict`.
+(Over 250 lines: the rule, its words and the lines that explain a verdict are kept in one module.)
 """
 
 from __future__ import annotations
@@ -32,16 +40,27 @@ NOT_APPLICABLE = "not applicable"  # by the kernel's declaration
 NOT_IN_PROFILE = "not in profile"
 SKIPPED = "skipped"  # anything else: adapter unavailable, an unexpected skip
 NOT_RUN = "not run"  # planned, but no result came back (deselected, interrupted)
+EXPECTED_FAILURE = "expected failure"  # failed, as an expectations file lists it (harness.expectations)
+STALE_EXPECTATION = "stale expectation"  # listed as an expected failure, but passed: a failure of the run
 
 CONFORMS = "CONFORMS"
+CONFORMS_AS_DECLARED = "CONFORMS AS DECLARED"
+DEVIATES_AS_EXPECTED = "DEVIATES AS EXPECTED"
 DOES_NOT_CONFORM = "DOES NOT CONFORM"
 PARTIAL = "PARTIAL"
 NOT_RUN_VERDICT = "NOT RUN"
 
 # Exit codes: pytest's own for a failure (1) and for nothing to run (5); 6 for a partial run, so a
 # CI gate on the exit code never passes a run that covered a subset (``--allow-partial`` opts out).
-EXIT_CODES = {CONFORMS: 0, DOES_NOT_CONFORM: 1, NOT_RUN_VERDICT: 5, PARTIAL: 6}
-_SEVERITY = (CONFORMS, PARTIAL, NOT_RUN_VERDICT, DOES_NOT_CONFORM)
+EXIT_CODES = {
+    CONFORMS: 0,
+    CONFORMS_AS_DECLARED: 0,
+    DEVIATES_AS_EXPECTED: 0,
+    DOES_NOT_CONFORM: 1,
+    NOT_RUN_VERDICT: 5,
+    PARTIAL: 6,
+}
+_SEVERITY = (CONFORMS, CONFORMS_AS_DECLARED, DEVIATES_AS_EXPECTED, PARTIAL, NOT_RUN_VERDICT, DOES_NOT_CONFORM)
 
 
 @dataclass(frozen=True)
@@ -84,6 +103,9 @@ class Verdict:
     clauses_planned: int
     clauses_passed: list[str] = field(default_factory=list)
     clauses_failed: list[str] = field(default_factory=list)
+    clauses_expected: dict[str, str] = field(default_factory=dict)  # clause -> "dtypes: reason" (expected failures)
+    clauses_stale: dict[str, str] = field(default_factory=dict)  # clause -> why its expectation is stale
+    deviations: list[dict] = field(default_factory=list)  # harness.deviations.Deviation.as_dict(), declared
     clauses_na: dict[str, str] = field(default_factory=dict)  # clause -> reason (by declaration)
     clauses_missing: dict[str, str] = field(default_factory=dict)  # clause -> why it is incomplete
     not_in_profile: list[str] = field(default_factory=list)
@@ -102,10 +124,15 @@ class Verdict:
 
     def coverage(self) -> str:
         """Clause coverage and case coverage, in one line."""
-        run = len(self.clauses_passed) + len(self.clauses_failed) + len(self.clauses_na)
+        run = sum(map(len, (self.clauses_passed, self.clauses_failed, self.clauses_na)))
+        run += len(self.clauses_expected) + len(self.clauses_stale)
         parts = [f"{len(self.clauses_passed)}/{self.clauses_planned} clauses passed"]
         if self.clauses_failed:
             parts.append(f"{len(self.clauses_failed)} failed")
+        if self.clauses_stale:
+            parts.append(_plural(len(self.clauses_stale), "stale expectation"))
+        if self.clauses_expected:
+            parts.append(_plural(len(self.clauses_expected), "expected failure"))
         if self.clauses_na:
             parts.append(f"{len(self.clauses_na)} not applicable by declaration")
         if self.clauses_missing:
@@ -123,6 +150,13 @@ class Verdict:
         lines = []
         if self.clauses_failed:
             lines.append("failed: " + ", ".join(self.clauses_failed))
+        if self.clauses_stale:
+            lines.append("stale expectations (the clause passes now): " + "; ".join(sorted(self.clauses_stale)))
+        if self.clauses_expected:
+            shown = "; ".join(f"{c} [{why}]" for c, why in sorted(self.clauses_expected.items()))
+            lines.append(f"expected failures (listed in the expectations file): {shown}")
+        for d in self.deviations:
+            lines.append(f"declared deviation: {d['field']}={d['value']} ({d['what']}) departs from {d['citation']}")
         if self.clauses_missing:
             items = sorted(self.clauses_missing.items())
             shown = "; ".join(f"{c} ({why})" for c, why in items[:limit])
@@ -145,21 +179,38 @@ class Verdict:
         return lines
 
 
+def _plural(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
+def _expected_detail(rows: list[ClauseResult]) -> str:
+    """'float16, bfloat16: <reason>' for a clause's expected failures."""
+    hit = [r for r in rows if r.outcome == EXPECTED_FAILURE]
+    dts = ", ".join(str(r.dtype) for r in hit if r.dtype) or "no dtype axis"
+    return f"{dts}: {_clause_reason(hit)}"
+
+
 def _clause_reason(rows: list[ClauseResult]) -> str:
     reasons = sorted({r.reason.removeprefix(f"not applicable to {r.impl}: ") for r in rows if r.reason})
     return "; ".join(reasons)[:300]
 
 
-def decide(results: Iterable[ClauseResult], planned: dict[str, tuple[str | None, ...]]) -> Verdict:
+def decide(
+    results: Iterable[ClauseResult],
+    planned: dict[str, tuple[str | None, ...]],
+    deviations: Iterable[dict] = (),
+) -> Verdict:
     """The verdict on one adapter from its clause results and the run's plan.
 
     ``planned`` maps every clause id of the suite to the dtypes it runs with (``(None,)`` for a
     clause without a dtype axis). A planned (clause, dtype) with no result is *not run*.
+    ``deviations`` are the declaration's departures from the spec (``harness.deviations``, as dicts):
+    a run that would conform conforms *as declared* when there are any.
     """
     by_clause: dict[str, dict[str | None, ClauseResult]] = {}
     for r in results:
         by_clause.setdefault(r.clause, {})[r.dtype] = r
-    v = Verdict(word=CONFORMS, clauses_planned=0)
+    v = Verdict(word=CONFORMS, clauses_planned=0, deviations=[dict(d) for d in deviations])
     for cid in sorted(set(planned) | set(by_clause)):
         got = by_clause.get(cid, {})
         rows = list(got.values())
@@ -184,6 +235,8 @@ def decide(results: Iterable[ClauseResult], planned: dict[str, tuple[str | None,
         missing = [d for d in planned.get(cid, ()) if d not in got]
         if FAILED in outcomes:
             v.clauses_failed.append(cid)
+        elif STALE_EXPECTATION in outcomes:
+            v.clauses_stale[cid] = _clause_reason([r for r in rows if r.outcome == STALE_EXPECTATION])
         elif missing or SKIPPED in outcomes or NOT_IN_PROFILE in outcomes:
             if not rows:
                 why = "not selected or not run"
@@ -192,18 +245,23 @@ def decide(results: Iterable[ClauseResult], planned: dict[str, tuple[str | None,
             else:
                 why = "skipped: " + _clause_reason([r for r in rows if r.outcome == SKIPPED])
             v.clauses_missing[cid] = why
+        elif EXPECTED_FAILURE in outcomes:
+            v.clauses_expected[cid] = _expected_detail(rows)
         elif PASSED in outcomes:
             v.clauses_passed.append(cid)
         else:
             v.clauses_na[cid] = _clause_reason(rows)
-    if v.clauses_failed:
+    ran = (PASSED, FAILED, EXPECTED_FAILURE, STALE_EXPECTATION)
+    if v.clauses_failed or v.clauses_stale:
         v.word = DOES_NOT_CONFORM
-    elif not v.clauses_passed and not any(
-        r.outcome in (PASSED, FAILED) for rows in by_clause.values() for r in rows.values()
-    ):
+    elif not v.clauses_passed and not any(r.outcome in ran for rows in by_clause.values() for r in rows.values()):
         v.word = NOT_RUN_VERDICT
     elif v.clauses_missing:
         v.word = PARTIAL
+    elif v.clauses_expected:
+        v.word = DEVIATES_AS_EXPECTED
+    elif v.deviations:
+        v.word = CONFORMS_AS_DECLARED
     return v
 
 
