@@ -20,6 +20,7 @@ from conformance.harness import (
     baseline,
     certificate,
     coverage,
+    expectations_plugin,
     failures,
     options,
     ordering,
@@ -31,7 +32,7 @@ from conformance.harness import (
 from conformance.harness.clause import info_of
 from conformance.harness.runstate import State, get_state
 
-SUBPLUGINS = (certificate, baseline, selfdefense, signatures, coverage, ordering, perf)
+SUBPLUGINS = (certificate, baseline, selfdefense, signatures, coverage, ordering, perf, expectations_plugin)
 
 
 def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
@@ -182,7 +183,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if info is None:
         return rep
     if rep.when == "call" or (rep.when == "setup" and rep.outcome != "passed"):
-        _state(item.config).results.append(runstate.clause_result(item, rep, info).as_dict())
+        expected = expectations_plugin.apply(item, rep, info.id)  # an expected failure, or a stale expectation
+        _state(item.config).results.append(runstate.clause_result(item, rep, info, expected).as_dict())
     if rep.failed and call.excinfo is not None and item.config.getoption("tbstyle") != "long":
         compact = failures.compact_failure(call.excinfo.value)
         if compact is not None:

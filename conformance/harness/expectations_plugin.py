@@ -1,0 +1,122 @@
+"""The pytest side of ``--expectations`` (the file format and the choice of file: harness.expectations).
+
+A file named on the command line is loaded and checked before any test runs (a bad entry is a usage
+error, exit 4, naming the file and the entry); a built-in's own file once clauses are collected,
+since every pytest run in the environment loads this plugin and most collect no clause. The plugin's
+report hook calls :func:`apply` on each clause test's report before it records the verdict's result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from conformance.harness import runstate
+from conformance.harness.expectations import Expectation, ExpectationsError, choose_files, load
+
+OPT_EXPECTATIONS = "expectations"
+
+
+@dataclass
+class Applied:
+    """This run's expectations: which file applies to each spec, and its entries once loaded."""
+
+    files: dict[str, Path | None]
+    loaded: dict[str, list[Expectation]] = field(default_factory=dict)
+
+    def entries(self, spec: str) -> list[Expectation]:
+        if spec not in self.loaded:
+            path = self.files.get(spec)
+            self.loaded[spec] = load(path) if path is not None else []
+        return self.loaded[spec]
+
+    def find(self, spec: str, clause: str, dtype: str | None) -> Expectation | None:
+        return next((e for e in self.entries(spec) if e.covers(clause, dtype)), None)
+
+
+_KEY = pytest.StashKey[Applied]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.getgroup("sdpa-conformance").addoption(
+        "--expectations",
+        action="append",
+        default=[],
+        metavar="FILE|none|SPEC=FILE",
+        help="known deviations to report as expected failures (TOML, [[deviation]] entries). Default: a built-in "
+        "adapter's own implementations/expectations/<name>.toml; 'none' shows the raw verdict; FILE applies to "
+        "every --impl; SPEC=FILE (or SPEC=none) to one. An entry whose clause now passes fails the run.",
+    )
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    state = runstate.get_state(config)
+    if state is None or runstate.getoption(config, runstate.OPT_IMPL_LIST):
+        return
+    values = runstate.getoption(config, OPT_EXPECTATIONS) or []
+    try:
+        applied = Applied(choose_files(values, state.specs, state.explicit, config.invocation_params.dir))
+        for spec in state.specs if values else ():
+            applied.entries(spec)  # named on the command line: a bad file stops the run before any test
+    except ExpectationsError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    config.stash[_KEY] = applied
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Load the built-ins' own files once clauses are collected, so a bad entry stops the run here."""
+    applied = config.stash.get(_KEY, None)
+    if applied is None or not any(_is_clause(item) for item in items):
+        return
+    try:
+        for spec in applied.files:
+            applied.entries(spec)
+    except ExpectationsError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def _is_clause(item: pytest.Item) -> bool:
+    from conformance.harness.clause import info_of
+
+    return info_of(getattr(item, "function", None)) is not None
+
+
+def apply(item: pytest.Item, rep: pytest.TestReport, clause: str) -> tuple[str, str] | None:
+    """Turn a listed clause test's report into an expected failure (xfail) or a stale expectation
+    (a failure); returns (verdict outcome, reason) for its record, or None when no entry lists it."""
+    from conformance.harness import verdict
+
+    applied = item.config.stash.get(_KEY, None)
+    callspec = getattr(item, "callspec", None)
+    if applied is None or callspec is None or rep.when != "call" or rep.skipped:
+        return None
+    exp = applied.find(str(callspec.params.get("impl")), clause, callspec.params.get("dtype"))
+    if exp is None:
+        return None
+    if rep.failed:
+        rep.outcome = "skipped"
+        rep.wasxfail = f"expected failure ({exp.where}): {exp.reason}"
+        return verdict.EXPECTED_FAILURE, exp.reason
+    message = (
+        f"stale expectation: {clause} passed, but {exp.where} lists it as an expected failure "
+        f"({exp.reason}). The kernel no longer deviates here: remove the entry."
+    )
+    rep.outcome = "failed"
+    rep.longrepr = message
+    return verdict.STALE_EXPECTATION, message
+
+
+def certificate_section(config: pytest.Config, spec: str) -> dict:
+    """The certificate's record of the expectations applied to ``spec``: the file and its entries."""
+    applied = config.stash.get(_KEY, None)
+    if applied is None:
+        return {"file": None, "entries": []}
+    path = applied.files.get(spec)
+    try:
+        entries = applied.entries(spec)
+    except ExpectationsError as exc:
+        return {"file": str(path), "entries": [], "error": str(exc)}
+    return {"file": str(path) if path else None, "entries": [e.as_dict() for e in entries]}
