@@ -103,7 +103,7 @@ class GuardedAdapter:
         self.examples_run = 0  # hypothesis examples that reached the kernel
         self.cells: Counter[str] = Counter()  # case-space cells reached (harness.cells)
         self.case_features: Counter[str] = Counter()  # harness.causes_features keys of the calls that returned
-        self.recent_calls: deque[tuple[Case, str, str | None]] = deque(maxlen=8)  # (case, call, key): causes
+        self.recent_calls: deque[tuple] = deque(maxlen=8)  # (case, call, features key, result): harness.causes
         self._last_example: Any = None
 
     def _count_example(self) -> None:
@@ -154,7 +154,7 @@ class GuardedAdapter:
         self.calls += 1
         self._count_example()
         refusals = causes_features.refusal_count(self.adapter)
-        self.recent_calls.append((case, what, None))
+        self.recent_calls.append((case, what, None, None))
         try:
             result = _call_with_timeout(fn, self.timeout, f"{self.name}.{what}", case)
         except NotApplicable as exc:
@@ -182,8 +182,9 @@ class GuardedAdapter:
                 raise AdapterError(f"{self.name}.{what} modified its input {name!r} in place", case)
         self.cases_run += 1
         self.cells.update(space_cells.cells_of(case))
-        feats = causes_features.key(case, what, causes_features.folded_by(self.adapter, self.declaration, case, refusals))
-        self.recent_calls[-1] = (case, what, feats)
+        folded = causes_features.folded_by(self.adapter, self.declaration, case, refusals)
+        feats = causes_features.key(case, what, folded)
+        self.recent_calls[-1] = (case, what, feats, result)
         if feats is not None:
             self.case_features[feats] += 1
         return result, [a for _, a in inputs]
