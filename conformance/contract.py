@@ -312,6 +312,13 @@ class Declaration:
     validates_inputs: bool = False
     rejects_with: frozenset[str] = REJECTS_WITH_DEFAULT
     causal_with_mask: bool | None = None
+    # What a case's boolean mask and additive M reach the kernel as, when a case has both: False, as
+    # two arguments (jax.nn.dot_product_attention's ``mask`` and ``bias``); True, as ONE additive mask
+    # with -inf where the boolean mask blocks (an adapter that lowers to a single ``attn_mask``, as
+    # every SDPA-signature function gets: implementations/_torch.sdpa_kwargs). Set by the adapter for
+    # its own lowering: a row blocked entirely then follows ``all_blocked_float_mask``, the policy of
+    # the mask kind the kernel actually received.
+    masks_combined: bool = False
     # Variants (FlashAttention's signature; conformance/oracle_variants.py): sliding window, softcap,
     # ALiBi slopes, and a returned log-sum-exp [B, Hq, T] in ``lse_base`` ("e": natural log, "2":
     # log2) with ``lse_empty`` on rows that see no key (FlashAttention 2 returns +inf there; jax a
@@ -406,11 +413,14 @@ class Declaration:
 
         Some kernels fill differently when the blocking comes from an additive ``-inf`` mask than
         from a boolean one (``jax.nn.dot_product_attention``: mean of V for a boolean mask, NaN for
-        an all ``-inf`` bias); ``all_blocked_float_mask`` declares the second. A varlen case of a
+        an all ``-inf`` bias); ``all_blocked_float_mask`` declares the second. It applies to a
+        case with an additive M and no boolean mask, and to one with both when the adapter hands the
+        kernel the two as one additive mask (``masks_combined``). A varlen case of a
         kernel declaring ``mean_v_keys="buffer"`` gets ``"mean-v-buffer"``, which only the variant
         oracle takes (the lowered base case of such a case is a padded mask, where mean-v means it).
         """
-        if case.bias is not None and case.mask is None and self.all_blocked_float_mask is not None:
+        received_float_only = case.bias is not None and (case.mask is None or self.masks_combined)
+        if received_float_only and self.all_blocked_float_mask is not None:
             return self.all_blocked_float_mask
         if self.all_blocked == "mean-v" and self.mean_v_keys == "buffer" and case.is_varlen:
             return MEAN_V_BUFFER  # the variant oracle's name for it (conformance/oracle_variants.py)

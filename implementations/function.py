@@ -42,6 +42,7 @@ FUNCTION_DEFAULTS = Declaration(
     causal=True,
     custom_scale=True,
     mask_sense="attend",
+    masks_combined=True,  # sdpa_kwargs folds a boolean mask and an additive M into one attn_mask
     notes="plain function with the torch SDPA signature",
 )
 

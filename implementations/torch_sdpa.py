@@ -307,6 +307,7 @@ _CPU = Declaration(
     causal_alignment="top-left",
     all_blocked="zeros",
     mask_sense="attend",
+    masks_combined=True,  # sdpa_kwargs: a boolean mask and an additive M become one attn_mask
     max_head_dim=None,
     requires_dk_eq_dv=False,
     deterministic=True,

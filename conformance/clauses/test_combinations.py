@@ -239,9 +239,10 @@ def test_all_blocked_by_neg_inf(impl, dtype):
     one fill for both kinds of blocking: a kernel whose -inf rows differ from its boolean ones
     (``all_blocked_float_mask``) has declared nothing for a row emptied by the two together (jax 0.10
     gives NaN where M alone empties it, and the mean of V over the mask-blocked keys where only the
-    union does)."""
+    union does). An adapter that hands the kernel both as one additive mask (``masks_combined``)
+    has: the union reaches the kernel as -inf, so the -inf policy applies."""
     decl = impl.declaration
-    one_fill = decl.all_blocked_float_mask in (None, decl.all_blocked)
+    one_fill = decl.all_blocked_float_mask in (None, decl.all_blocked) or decl.masks_combined
     variants = [False] + [True] * (decl.bool_mask and one_fill)
     for i, with_bool in enumerate(variants):
         case = _neg_inf_rows_case(dtype, 370 + i, with_bool=with_bool)
