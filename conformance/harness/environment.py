@@ -7,6 +7,7 @@ the certificates (which state what they were measured on).
 from __future__ import annotations
 
 import importlib.metadata
+import inspect
 import platform
 import sys
 from pathlib import Path
@@ -42,6 +43,39 @@ def _device_name(device: str) -> str:
     return device if not device.startswith("cpu") else f"cpu ({_cpu_model()})"
 
 
+def _imported_top_levels(module_name: str | None) -> set[str]:
+    """Top-level packages that module ``module_name`` imports at its top (modules, or names from them)."""
+    module = sys.modules.get(module_name or "")
+    if module is None:
+        return set()
+    tops = {module.__name__.partition(".")[0]}
+    for value in vars(module).values():
+        origin = value.__name__ if inspect.ismodule(value) else getattr(value, "__module__", None)
+        if isinstance(origin, str):
+            tops.add(origin.partition(".")[0])
+    return tops
+
+
+def kernel_libraries(adapter: Any) -> dict[str, str]:
+    """The installed libraries the kernel itself comes from, with their versions: the distributions
+    that the adapter's module (and a wrapped function's module, ``adapter.fn``) import, less this suite
+    and what the contract itself imports (NumPy), unless nothing else is left (a NumPy kernel).
+
+    Read from the imports rather than from the adapter's name, so a user's adapter gets its own
+    library named too (``matrix.md`` heads each column with it)."""
+    dists = importlib.metadata.packages_distributions()
+
+    def libs(tops: set[str]) -> dict[str, str]:
+        return {d: v for t in sorted(tops) for d in dists.get(t, ()) if (v := _version(d))}
+
+    fn = getattr(adapter, "fn", None)
+    found = libs(_imported_top_levels(type(adapter).__module__) | _imported_top_levels(getattr(fn, "__module__", None)))
+    ours = libs({"conformance", "implementations"})
+    contract = libs(_imported_top_levels("conformance.contract"))
+    own = {d: v for d, v in found.items() if d not in ours and d not in contract}
+    return own or {d: v for d, v in found.items() if d not in ours}
+
+
 def environment(adapter: Any) -> dict:
     """Where a result came from: enough to tell two machines, builds or library releases apart."""
     decl = adapter.declaration
@@ -52,6 +86,7 @@ def environment(adapter: Any) -> dict:
         "processor": _cpu_model(),
         "python": platform.python_version(),
         "libraries": {k: v for k, v in libs.items() if v},
+        "kernel_libraries": kernel_libraries(adapter),
         "device": _device_name(str(decl.device)),
         "adapter": str(getattr(adapter, "name", type(adapter).__name__)),
         "declaration": decl.as_dict(),

@@ -53,9 +53,10 @@ def table(head: list[str], rows: list[list[Any]], classes: list[str] | None = No
     return "\n".join(out)
 
 
-def page(title: str, body: str) -> str:
-    """A whole HTML document: ``body`` under ``title``, with the inline style."""
+def page(title: str, body: str, style: str = "") -> str:
+    """A whole HTML document: ``body`` under ``title``, with the inline style (and a page's own ``style``
+    rules after it, still inline)."""
     return (
         "<!DOCTYPE html>\n<html lang='en'>\n<head>\n<meta charset='utf-8'>\n"
-        f"<title>{esc(title)}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n{body}\n</body>\n</html>\n"
+        f"<title>{esc(title)}</title>\n<style>{STYLE}{style}</style>\n</head>\n<body>\n{body}\n</body>\n</html>\n"
     )
