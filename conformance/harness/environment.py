@@ -13,6 +13,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+# Every distribution a built-in adapter's kernel comes from (implementations/, the optional extras of
+# pyproject.toml), recorded when installed: a new release of any of them can change a verdict.
+LIBRARIES = (
+    "numpy", "ml_dtypes", "torch", "jax", "jaxlib", "onnxruntime", "onnx", "keras", "transformers", "mlx",
+    "sdpa-conformance",
+)  # fmt: skip
+
 
 def _version(dist: str) -> str | None:
     try:
@@ -79,7 +86,7 @@ def kernel_libraries(adapter: Any) -> dict[str, str]:
 def environment(adapter: Any) -> dict:
     """Where a result came from: enough to tell two machines, builds or library releases apart."""
     decl = adapter.declaration
-    libs = {n: _version(n) for n in ("numpy", "ml_dtypes", "torch", "jax", "jaxlib", "sdpa-conformance")}
+    libs = {n: _version(n) for n in LIBRARIES}
     return {
         "platform": platform.platform(),
         "machine": platform.machine(),
