@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from conformance.harness import coverage as space_coverage
-from conformance.harness import perf
+from conformance.harness import expectations_plugin, perf
 from conformance.harness.certificate_markdown import render_markdown
 from conformance.harness.clause import CLAUSES, info_of
 
@@ -72,6 +72,13 @@ def _clause_outcome(rows: list[dict]) -> tuple[str, str]:
 
     if "failed" in outs:
         return "fail", f"failed: {dts('failed') or 'all'}"
+    if "stale expectation" in outs:
+        return "stale expectation", f"passed although expected to fail: {dts('stale expectation') or 'all'}"
+    if "expected failure" in outs:
+        passed = dts("passed")
+        return "expected failure", f"expected failure: {dts('expected failure') or 'all'}" + (
+            f"; passed: {passed}" if passed else ""
+        )
     if "passed" in outs:
         na = [r for r in rows if r["outcome"] != "passed"]
         detail = f"passed: {dts('passed') or 'yes'}"
@@ -183,10 +190,14 @@ def build(config: pytest.Config) -> dict:
             "cases_run": v.cases_run if v is not None else 0,
             "cases_refused": v.cases_refused if v is not None else 0,
             "not_in_profile": v.not_in_profile if v is not None else [],
+            "expected_failures": len(v.clauses_expected) if v is not None else 0,
+            "stale_expectations": len(v.clauses_stale) if v is not None else 0,
         }
         entry.update(
             name=impl.name,
             verdict=word,
+            deviations=v.deviations if v is not None else [],
+            expectations=expectations_plugin.certificate_section(config, spec, rows, fails),
             coverage=coverage,
             counts=counts,
             declaration=impl.declaration.as_dict(),

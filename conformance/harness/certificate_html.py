@@ -21,8 +21,23 @@ from conformance.harness import perf_charts
 from conformance.harness.html_parts import esc, inline_svg, page, table
 from conformance.harness.perf_html import perf_section
 
-_OUTCOME_CLASS = {"pass": "ok", "fail": "bad", "not applicable": "na", "not run": "nr", "not in profile": "nr"}
-_VERDICT_CLASS = {"CONFORMS": "ok", "DOES NOT CONFORM": "bad", "PARTIAL": "warn", "NOT RUN": "nr"}
+_OUTCOME_CLASS = {
+    "pass": "ok",
+    "fail": "bad",
+    "not applicable": "na",
+    "not run": "nr",
+    "not in profile": "nr",
+    "expected failure": "warn",
+    "stale expectation": "bad",
+}
+_VERDICT_CLASS = {
+    "CONFORMS": "ok",
+    "CONFORMS AS DECLARED": "ok",
+    "DEVIATES AS EXPECTED": "warn",
+    "DOES NOT CONFORM": "bad",
+    "PARTIAL": "warn",
+    "NOT RUN": "nr",
+}
 
 
 def render(doc: dict) -> str:
@@ -40,6 +55,7 @@ def render(doc: dict) -> str:
             parts.append("<ul>" + "".join(f"<li>{esc(d)}</li>" for d in cov["details"]) + "</ul>")
         if "clauses" not in a:
             continue
+        parts += _deviations_and_expectations(a)
         g = doc.get("golden_set", {})
         parts.append(
             table(
@@ -107,6 +123,45 @@ def render(doc: dict) -> str:
     return page(title, "\n".join(parts))
 
 
+def _deviations_and_expectations(a: dict) -> list[str]:
+    """The declared deviations (each with the spec sentence it departs from) and the expectations file."""
+    parts = []
+    devs = a.get("deviations") or []
+    if devs:
+        parts.append("<h2>Declared deviations from the spec</h2>")
+        parts.append(
+            "<p class='muted'>Declared, and tested as declared; each departs from a rule the spec states, so the "
+            "verdict is conformance <i>as declared</i>, not to the spec.</p>"
+        )
+        rows = [[d["field"], d["value"], d["what"], d["citation"]] for d in devs]
+        parts.append(table(["field", "value", "what the kernel does", "departs from"], rows))
+    exp = a.get("expectations") or {}
+    if exp.get("file"):
+        parts.append(f"<h2>Expected failures</h2><p>Expectations file: <code>{esc(exp['file'])}</code></p>")
+        if exp.get("error"):
+            parts.append(f"<p class='bad'>Could not be read: {esc(exp['error'])}</p>")
+        hits: dict[str, list[str]] = {}
+        for key, word in (("expected_failures", "failed as expected"), ("stale", "STALE: passed")):
+            for r in exp.get(key, []):
+                hits.setdefault(r["clause"], []).append(f"{word} ({r['dtype'] or 'no dtype axis'})")
+        rows, classes = [], []
+        for e in exp.get("entries", []):
+            run = hits.get(e["clause"], [])
+            rows.append(
+                [
+                    e["clause"],
+                    ", ".join(e["dtypes"] or ["all"]),
+                    e["reason"],
+                    e["evidence"],
+                    e.get("link") or "",
+                    "; ".join(run) or "not run or not applicable",
+                ]
+            )
+            classes.append("bad" if any(r.startswith("STALE") for r in run) else "")
+        parts.append(table(["clause", "dtypes", "reason", "evidence", "link", "this run"], rows, classes))
+    return parts
+
+
 def write(doc: dict, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render(doc), encoding="utf-8")
@@ -124,6 +179,18 @@ def render_compare(columns: list[tuple[str, dict, dict]]) -> str:
     labels = [label for label, _, _ in columns]
     parts = ["<h1>SDPA conformance certificates side by side</h1>"]
     summary = [["verdict"] + [e.get("verdict", "?") for _, e, _ in columns]]
+    summary.append(
+        ["declared deviations"]
+        + [", ".join(f"{d['field']}={d['value']}" for d in e.get("deviations") or []) or "none" for _, e, _ in columns]
+    )
+    summary.append(
+        ["expected failures"]
+        + [
+            f"{(e.get('coverage') or {}).get('expected_failures', 0)}"
+            + (f", {n} stale" if (n := (e.get("coverage") or {}).get("stale_expectations", 0)) else "")
+            for _, e, _ in columns
+        ]
+    )
     for d in DTYPES:
         if any(d in e.get("error_stats", {}) for _, e, _ in columns):
             summary.append(

@@ -19,6 +19,8 @@ OUTCOME_CELL: dict[str, str] = {
     "skipped": "skipped",
     "not run": "not run",
     "not in profile": "not in profile",
+    "expected failure": "expected failure",
+    "stale expectation": "**STALE**",
 }
 """A clause's outcome in a certificate (``certificate._clause_outcome``) as a Markdown table cell."""
 
@@ -44,6 +46,8 @@ def render_markdown(doc: dict) -> str:
         out += [f"- {line}" for line in cov.get("details", [])]
         if cov.get("details"):
             out.append("")
+        out += deviation_lines(a.get("deviations") or [])
+        out += expectation_lines(a.get("expectations") or {})
         out.append(
             "The verdict holds for the declaration below: a clause the declaration rules out is *not "
             "applicable* (reason given) and says nothing about the kernel. Outputs are compared with a "
@@ -110,6 +114,8 @@ def render_compare(cols: list[tuple[str, dict, dict]]) -> str:
     head = "| clause | " + " | ".join(c for c, _, _ in cols) + " |"
     lines = [head, "|---|" + "---|" * len(cols)]
     lines.append("| **verdict** | " + " | ".join(f"**{e.get('verdict', '?')}**" for _, e, _ in cols) + " |")
+    lines.append("| declared deviations | " + " | ".join(_deviation_cell(e) for _, e, _ in cols) + " |")
+    lines.append("| expected failures | " + " | ".join(_expected_cell(e) for _, e, _ in cols) + " |")
     for cid in clauses:
         cells = []
         for _, e, _ in cols:
@@ -118,8 +124,8 @@ def render_compare(cols: list[tuple[str, dict, dict]]) -> str:
                 cells.append("-")
                 continue
             cell = outcome_cell(cl["outcome"])
-            if cl["outcome"] == "fail":
-                cell += " (" + cl["detail"].removeprefix("failed: ") + ")"
+            if cl["outcome"] in ("fail", "expected failure", "stale expectation"):
+                cell += " (" + cl["detail"].split(": ", 1)[-1].split(" (")[0] + ")"
             cells.append(cell)
         lines.append(f"| {cid} | " + " | ".join(cells) + " |")
     dtypes = [d for d in DTYPES if any(d in e.get("error_stats", {}) for _, e, _ in cols)]
@@ -133,7 +139,9 @@ def render_compare(cols: list[tuple[str, dict, dict]]) -> str:
     lines.append("| date | " + " | ".join(d.get("date", "-") for _, _, d in cols) + " |")
     legend = (
         "\npass: passed in every dtype it applies to; **FAIL** (dtypes): failed there; n/a: the declaration "
-        "rules the clause out (reasons in each certificate); -: not in that certificate.\n"
+        "rules the clause out (reasons in each certificate); expected failure: failed as the adapter's "
+        "expectations file lists it; **STALE**: listed there but passed; -: not in that certificate. Declared "
+        "deviations: declaration values that depart from a rule of the spec (each certificate quotes the rule).\n"
     )
     return "\n".join(lines) + "\n" + legend
 
@@ -156,3 +164,53 @@ def perf_lines(section: dict | None) -> list[str]:
             "- closest to the allowance (worst |error| / allowed): " + ", ".join(f"{c} {r:.2g}" for r, c in worst)
         )
     return out
+
+
+def deviation_lines(deviations: list[dict]) -> list[str]:
+    """The declared deviations from the spec, each with the sentence it departs from (empty: none)."""
+    if not deviations:
+        return []
+    out = [
+        "## Declared deviations from the spec\n",
+        "The kernel declares these conventions and every clause tested them as declared; each departs from "
+        "a rule the spec states, so the verdict is conformance *as declared*, not to the spec.\n",
+        "| field | value | what the kernel does | departs from |\n|---|---|---|---|",
+    ]
+    for d in deviations:
+        out.append(
+            f"| {d['field']} | {_esc(d['value'])} | {_esc(d['what'])} | "
+            f"{_esc(d['file'])} {_esc(d['section'])}: \u201c{_esc(d['sentence'])}\u201d |"
+        )
+    return [*out, ""]
+
+
+def expectation_lines(section: dict) -> list[str]:
+    """The expectations file applied, its entries, and the clause tests they matched (empty: none)."""
+    if not section.get("file"):
+        return []
+    out = [f"## Expected failures\n\nExpectations file: `{section['file']}`.\n"]
+    if section.get("error"):
+        out.append(f"Could not be read: {_esc(section['error'])}\n")
+    out.append("| clause | dtypes | reason | evidence | link | this run |\n|---|---|---|---|---|---|")
+    hits: dict[str, list[str]] = {}
+    for key, word in (("expected_failures", "failed as expected"), ("stale", "**STALE: passed**")):
+        for r in section.get(key, []):
+            hits.setdefault(r["clause"], []).append(f"{word} ({r['dtype'] or 'no dtype axis'})")
+    for e in section.get("entries", []):
+        run = "; ".join(hits.get(e["clause"], [])) or "not run or not applicable"
+        out.append(
+            f"| {e['clause']} | {', '.join(e['dtypes'] or ['all'])} | {_esc(e['reason'])} | {_esc(e['evidence'])} "
+            f"| {_esc(e.get('link') or '')} | {run} |"
+        )
+    return [*out, ""]
+
+
+def _deviation_cell(entry: dict) -> str:
+    devs = entry.get("deviations") or []
+    return ", ".join(f"{d['field']}={d['value']}" for d in devs) or "none"
+
+
+def _expected_cell(entry: dict) -> str:
+    cov = entry.get("coverage") or {}
+    n, stale = cov.get("expected_failures", 0), cov.get("stale_expectations", 0)
+    return f"{n}" + (f", **{stale} stale**" if stale else "")

@@ -109,14 +109,28 @@ def apply(item: pytest.Item, rep: pytest.TestReport, clause: str) -> tuple[str, 
     return verdict.STALE_EXPECTATION, message
 
 
-def certificate_section(config: pytest.Config, spec: str) -> dict:
-    """The certificate's record of the expectations applied to ``spec``: the file and its entries."""
+def certificate_section(config: pytest.Config, spec: str, rows: list[dict], fails: dict) -> dict:
+    """The certificate's record for ``spec``: the expectations file applied, its entries, and the clause
+    tests it turned into expected failures (with the failure's message, from ``fails`` by node id) or
+    stale expectations. ``rows``: this spec's ClauseResult dicts."""
+    from conformance.harness import verdict
+
     applied = config.stash.get(_KEY, None)
-    if applied is None:
-        return {"file": None, "entries": []}
-    path = applied.files.get(spec)
+    path = applied.files.get(spec) if applied is not None else None
+    section: dict = {"file": str(path) if path else None, "entries": []}
     try:
-        entries = applied.entries(spec)
+        section["entries"] = [e.as_dict() for e in applied.entries(spec)] if applied is not None else []
     except ExpectationsError as exc:
-        return {"file": str(path), "entries": [], "error": str(exc)}
-    return {"file": str(path) if path else None, "entries": [e.as_dict() for e in entries]}
+        section["error"] = str(exc)
+    for key, outcome in (("expected_failures", verdict.EXPECTED_FAILURE), ("stale", verdict.STALE_EXPECTATION)):
+        section[key] = [
+            {
+                "clause": r["clause"],
+                "dtype": r["dtype"],
+                "reason": r["reason"],
+                "message": fails.get(r["nodeid"], {}).get("message", ""),
+            }
+            for r in rows
+            if r["outcome"] == outcome
+        ]
+    return section
