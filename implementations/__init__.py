@@ -24,4 +24,5 @@ BUILTINS: dict[str, str] = {
     "torch-sdpa-cuda-math": "implementations.torch_sdpa:cuda_math",
     "jax": "implementations.jax_attention:xla",
     "jax-cudnn": "implementations.jax_attention:cudnn",
+    "onnxruntime": "implementations.onnxruntime_attention:onnxruntime_cpu",
 }
