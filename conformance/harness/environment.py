@@ -56,7 +56,9 @@ def _imported_top_levels(module_name: str | None) -> set[str]:
     if module is None:
         return set()
     tops = {module.__name__.partition(".")[0]}
-    for value in vars(module).values():
+    for name, value in vars(module).items():
+        if name.startswith("__") or not name.isidentifier():  # __loader__, and pytest's assertion
+            continue  # rewriting adds @py_builtins / @pytest_ar to the modules of its plugin's package
         origin = value.__name__ if inspect.ismodule(value) else getattr(value, "__module__", None)
         if isinstance(origin, str):
             tops.add(origin.partition(".")[0])
