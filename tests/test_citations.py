@@ -142,6 +142,18 @@ def test_every_clause_quotes_its_seed_verbatim_under_a_real_heading(seeds):
     )
 
 
+def test_every_declared_deviation_quotes_its_seed_verbatim_under_a_real_heading(seeds):
+    """The sentences a verdict of CONFORMS AS DECLARED cites (harness.deviations) are checked as the clauses' are."""
+    from conformance.harness import deviations
+
+    sources = deviations.sources()
+    assert sources
+    bad = {s.cite(): problems for s in sources if (problems := citation_problems(s, seeds))}
+    assert not bad, "deviation rules whose citation is not verbatim in its seed section:\n" + "\n".join(
+        f"  {c}: {p}" for c, ps in bad.items() for p in ps
+    )
+
+
 def test_the_heading_parser_finds_the_articles_sections(seeds):
     """Pinned against the articles themselves, so that a parser that finds nothing cannot pass the test above."""
     numbered = [h.number for h in seeds["000"].headings if h.number]

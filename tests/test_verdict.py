@@ -14,6 +14,7 @@ import pytest
 from conformance.harness import verdict as V
 
 ROOT = Path(__file__).resolve().parents[1]
+pytest_plugins = ["pytester"]
 
 
 def _r(clause: str, dtype: str | None, outcome: str, **kw) -> V.ClauseResult:
@@ -137,3 +138,97 @@ def test_declaring_nothing_is_not_run_and_exits_non_zero():
     proc = _pytest("--impl=numpy", "--declare=dtypes=")
     assert proc.returncode == 5, proc.stdout[-3000:]
     assert _summary(proc, "numpy").startswith("numpy: NOT RUN: 0/")
+
+
+# -- deviations and expectations ---------------------------------------------------------------------
+ALL_PASS = [_r("A-01", d, V.PASSED, cases_run=1) for d in PLAN["A-01"]] + [
+    _r("B-02", None, V.PASSED),
+    _r("LONG-03", "float32", V.NOT_IN_PROFILE, reason="not in profile"),
+]
+
+
+def test_declared_deviations_conform_as_declared_and_list_their_sentence():
+    from conformance.contract import Declaration
+    from conformance.harness.deviations import deviations
+
+    assert deviations(Declaration()) == []  # the spec's own conventions
+    open_ones = Declaration(mask_sense="attend", causal_alignment="bottom-right", lse_base="2", lse_empty="+inf")
+    limits = Declaration(dropout=False, gqa=False, custom_scale=False, float_mask=False, requires_dk_eq_dv=True)
+    assert deviations(open_ones) == [] and deviations(limits) == []  # left open by the spec, or capabilities
+    devs = deviations(Declaration(all_blocked="nan", float64_computed_as="float32"))
+    assert [(d.field, d.value) for d in devs] == [("all_blocked", "nan"), ("float64_computed_as", "float32")]
+    assert deviations(Declaration(mean_v_keys="buffer")) == []  # which mean: only a deviation under mean-v
+    v = V.decide(ALL_PASS, PLAN, [d.as_dict() for d in devs])
+    assert v.word == V.CONFORMS_AS_DECLARED and v.exit_code == 0
+    lines = [ln for ln in v.details() if ln.startswith("declared deviation: ")]
+    assert (
+        len(lines) == 2
+        and "all_blocked=nan" in lines[0]
+        and "本实现明确约定该行的权重和输出为 0，避免 NaN。" in lines[0]
+    )
+    assert "float64 输入则保留 float64。" in lines[1] and "000_f3dcd408372d9e02.txt §8" in lines[1]
+    assert V.decide(ALL_PASS, PLAN).word == V.CONFORMS
+
+
+def test_expected_failures_deviate_as_expected_and_a_stale_one_does_not_conform():
+    rows = [r for r in ALL_PASS if r.dtype != "float16"]
+    expected = _r("A-01", "float16", V.EXPECTED_FAILURE, reason="softmax in float32")
+    v = V.decide([*rows, expected], PLAN, [{"field": "f", "value": 1, "what": "w", "citation": "c"}])
+    assert v.word == V.DEVIATES_AS_EXPECTED and v.exit_code == 0  # expected failures outrank deviations
+    assert "1 expected failure" in v.headline() and v.clauses_expected == {"A-01": "float16: softmax in float32"}
+    assert "A-01" not in v.clauses_passed and not v.clauses_failed
+    stale = _r("A-01", "float16", V.STALE_EXPECTATION, reason="passes now")
+    v = V.decide([*rows, stale], PLAN)
+    assert v.word == V.DOES_NOT_CONFORM and v.exit_code == 1 and "1 stale expectation" in v.headline()
+    assert V.decide([*rows, expected, _r("B-02", None, V.FAILED)], PLAN).word == V.DOES_NOT_CONFORM
+    partial = V.decide([expected, _r("B-02", None, V.PASSED)], PLAN)
+    assert partial.word == V.PARTIAL  # float32 of A-01 and LONG-03 missing: still not a whole run
+    only = V.decide([_r("B-02", None, V.EXPECTED_FAILURE)], {"B-02": (None,)})
+    assert only.word == V.DEVIATES_AS_EXPECTED  # an expected failure ran: not NOT RUN
+    assert V.worst([V.CONFORMS, V.CONFORMS_AS_DECLARED, V.DEVIATES_AS_EXPECTED]) == V.DEVIATES_AS_EXPECTED
+
+
+def test_the_builtins_verdict_words_in_a_real_run(tmp_path, monkeypatch, pytester_runner):
+    """numpy: CONFORMS; jax: CONFORMS AS DECLARED with its four deviations, in the summary and the certificate.
+
+    One clause file, with the run's plan cut to its clauses so that the verdict is a whole one."""
+    pytest.importorskip("jax")
+    from conformance import catalog
+    from conformance.harness import runstate
+
+    plan = {
+        c: d for c, d in runstate.planned_dtypes().items() if catalog.load()[c].module.endswith(".test_worked_example")
+    }
+    monkeypatch.setattr(runstate, "planned_dtypes", lambda: plan)
+    cert = tmp_path / "cert.json"
+    result = pytester_runner(
+        str(ROOT / "conformance" / "clauses" / "test_worked_example.py"), "--impl=numpy,jax", f"--certificate={cert}"
+    )
+    out = result.stdout.str()
+    assert result.ret == 0, out
+    assert _summary_of(out, "numpy").startswith("numpy: CONFORMS: ")
+    assert _summary_of(out, "jax").startswith("jax: CONFORMS AS DECLARED: ")
+    listed = [ln.strip() for ln in out.splitlines() if ln.strip().startswith("declared deviation: ")]
+    assert [ln.split(" ")[2].split("=")[0] for ln in listed] == [
+        "all_blocked",
+        "mean_v_keys",
+        "all_blocked_float_mask",
+        "float64_computed_as",
+    ]
+    doc = json.loads(cert.read_text())["adapters"]
+    assert doc["numpy"]["verdict"] == "CONFORMS" and doc["numpy"]["deviations"] == []
+    assert doc["jax"]["verdict"] == "CONFORMS AS DECLARED"
+    assert {d["field"]: d["sentence"] for d in doc["jax"]["deviations"]}[
+        "float64_computed_as"
+    ] == "float64 输入则保留 float64。"
+    md = cert.with_suffix(".md").read_text()
+    assert "## Declared deviations from the spec" in md and "**Verdict: CONFORMS AS DECLARED**" in md
+
+
+def _summary_of(out: str, spec: str) -> str:
+    return next(ln for ln in out.splitlines() if ln.startswith(f"{spec}: "))
+
+
+@pytest.fixture
+def pytester_runner(pytester, restore_hypothesis_profile):
+    return lambda *args: pytester.runpytest_inprocess(*args, "-p", "no:cacheprovider")

@@ -39,7 +39,6 @@ from typing import Any
 
 from conformance.harness import runstate
 
-EXPECTATIONS_DIR = Path(__file__).resolve().parents[2] / "implementations" / "expectations"
 _KEYS = {"clause", "dtypes", "reason", "evidence", "link"}
 _REQUIRED = ("clause", "reason", "evidence")
 
@@ -147,11 +146,18 @@ def _entry(raw: Any, path: Path, n: int, plan: dict[str, tuple[str | None, ...]]
     )
 
 
+def expectations_dir() -> Path:
+    """Where the built-in adapters' files live: ``implementations/expectations`` (package data of the wheel)."""
+    import implementations
+
+    return Path(implementations.__file__).resolve().parent / "expectations"
+
+
 def default_file(spec: str) -> Path | None:
     """A built-in adapter's own expectations file, when it has one."""
     from conformance.harness import registry
 
-    path = EXPECTATIONS_DIR / f"{spec}.toml"
+    path = expectations_dir() / f"{spec}.toml"
     return path if spec in registry.builtin_names() and path.is_file() else None
 
 
