@@ -1,0 +1,297 @@
+"""The conformance matrix as data: a row per clause grouped by spec section, a column per adapter.
+
+Built from certificates only (``harness.certificate.build``'s JSON), so a matrix can be drawn from
+certificates written on other machines; ``harness.matrix_markdown`` and ``harness.matrix_html``
+render it, ``python -m conformance.matrix`` writes both. Every cell carries the one command that
+reruns its clause on its adapter with the options its certificate was made with (``--declare``,
+``--signature``, the profile, ...), so a reader can check any cell without reading the suite.
+
+Fields that other parts of the suite add to a certificate as they grow (``likely_causes``, an
+expectation's outcomes, the kernel's own libraries in the environment) are shown when present and
+simply absent otherwise: an older certificate still draws.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from conformance.harness.clause import CLAUSES
+
+# Options of a certification run that change what a clause feeds the kernel or how it is judged:
+# a cell's command keeps them (as harness.failures.reproduce_command does); the rest (-q, -k,
+# --certificate, ...) only shape the report. name -> whether it takes a value.
+REPRODUCING_OPTIONS: dict[str, bool] = {
+    "--declare": True,
+    "--signature": True,
+    "--conformance-profile": True,
+    "--call-timeout": True,
+    "--hypothesis-seed": True,
+    "--expectations": True,
+    "--conformance-random-seeds": False,
+    "--discover": False,
+}
+
+# A certificate's clause outcome -> (the word a cell shows, its kind: ok / bad / xfail / na / nr).
+CELL_WORDS: dict[str, tuple[str, str]] = {
+    "pass": ("pass", "ok"),
+    "fail": ("fail", "bad"),
+    "expected failure": ("expected failure", "xfail"),
+    "stale expectation": ("stale expectation", "bad"),
+    "not applicable": ("n/a", "na"),
+    "not run": ("not run", "nr"),
+    "skipped": ("skipped", "nr"),
+    "not in profile": ("not in profile", "nr"),
+}
+MISSING = ("-", "nr")  # the clause is not in that certificate (another suite version)
+
+
+@dataclass(frozen=True)
+class TestRef:
+    """The test function that runs a clause: ``conformance.clauses.test_x`` and ``test_y``."""
+
+    module: str
+    function: str
+
+    def target(self, pyargs: bool) -> list[str]:
+        """The pytest arguments naming it: a path from a checkout, ``--pyargs`` for an installed suite."""
+        if pyargs:
+            return ["--pyargs", f"{self.module}::{self.function}"]
+        return [self.module.replace(".", "/") + ".py::" + self.function]
+
+
+@dataclass(frozen=True)
+class Cell:
+    outcome: str  # the certificate's word ("pass", "fail", "not applicable", ...) or "-"
+    word: str  # as shown: pass / fail / expected failure / stale expectation / n/a / not run / -
+    kind: str  # ok / bad / xfail / na / nr
+    reason: str  # the certificate's detail, or the expectation's reason
+    message: str = ""  # the first failure's message, for a failing cell
+    command: str = ""  # reruns this clause on this adapter
+
+
+@dataclass(frozen=True)
+class Row:
+    clause: str
+    title: str
+    sentence: str  # the quoted spec sentence(s)
+    citation: str  # the whole citation, as the certificate has it
+    test: str  # the clause's test as pytest names it (a path, or a --pyargs module); "" when unknown
+    cells: tuple[Cell, ...]
+
+
+@dataclass
+class Section:
+    heading: str  # seed file and section ("000_f3dcd408372d9e02.txt §7.3 ..."), or a definition's source
+    rows: list[Row] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Column:
+    spec: str  # as --impl names it
+    label: str  # the column's heading: the spec, and its certificate's name when a spec appears twice
+    verdict: str
+    summary: str  # the coverage line of the verdict
+    libraries: dict[str, str]  # the kernel's own libraries and versions, or every recorded one
+    device: str
+    likely_causes: tuple[str, ...]
+    notes: tuple[str, ...]  # expectation counts, declared deviations: whatever the certificate carries
+    source: str  # which certificate file it came from
+    date: str
+    options: tuple[str, ...]  # the reproducing options of its run
+
+
+@dataclass
+class Matrix:
+    columns: list[Column]
+    sections: list[Section]
+    unavailable: list[tuple[str, str]]  # (spec, why) for adapters with no clause results
+    pyargs: bool  # the commands use --pyargs (an installed suite) instead of paths (a checkout)
+
+    @property
+    def rows(self) -> list[Row]:
+        return [r for s in self.sections for r in s.rows]
+
+
+def split_citation(citation: str) -> tuple[str, str]:
+    """(where, sentence) of a citation ``"<file> <section>: \u201c<sentence>\u201d"`` (Source.cite)."""
+    where, sep, sentence = citation.partition(": \u201c")
+    if not sep:
+        return citation or "(no citation)", ""
+    return where.strip(), sentence.removesuffix("\u201d")
+
+
+def _natural(text: str) -> tuple:
+    """Sort key that orders ``§2`` before ``§10``, seeds (``000``, ``003``) before definitions."""
+    return tuple((0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", text) if t)
+
+
+def run_options(doc: dict) -> tuple[str, ...]:
+    """The reproducing options of the run that wrote certificate ``doc`` (its ``argv``, or its command)."""
+    argv = doc.get("argv")
+    if argv is None:
+        text = str(doc.get("command", "")).removeprefix("pytest ")
+        try:
+            argv = shlex.split(text)
+        except ValueError:
+            argv = text.split()
+    out: list[str] = []
+    it = iter(argv)
+    for arg in it:
+        name, eq, _ = arg.partition("=")
+        if name not in REPRODUCING_OPTIONS:
+            continue
+        if REPRODUCING_OPTIONS[name] and not eq:
+            arg = f"{name}={next(it, '')}"
+        out.append(arg)
+    return tuple(out)
+
+
+def test_ref(clause: str, entry: dict) -> TestRef | None:
+    """Where clause ``clause`` lives: this suite's registry, else a failure's nodeid in ``entry``."""
+    info = CLAUSES.get(clause)
+    if info is not None:
+        return TestRef(info.func.__module__, info.func.__name__)
+    for f in entry.get("failures") or []:
+        if f.get("clause") != clause:
+            continue
+        path, sep, name = str(f.get("nodeid", "")).partition("::")
+        if sep and "conformance/clauses/" in path:
+            module = "conformance/clauses/" + path.split("conformance/clauses/", 1)[1]
+            return TestRef(module.removesuffix(".py").replace("/", "."), name.split("[", 1)[0])
+    return None
+
+
+def command(ref: TestRef | None, spec: str, options: tuple[str, ...], pyargs: bool) -> str:
+    """The command that reruns one clause on one adapter (every dtype it plans)."""
+    if ref is None:
+        return ""
+    return " ".join(shlex.quote(a) for a in ["pytest", *ref.target(pyargs), f"--impl={spec}", *options])
+
+
+def _record_text(item: Any) -> str:
+    if isinstance(item, dict):
+        text = next((item[k] for k in ("line", "text", "summary", "describe") if item.get(k)), None)
+        return str(text) if text is not None else "; ".join(f"{k}: {v}" for k, v in item.items())
+    return str(item)
+
+
+def likely_cause_lines(value: Any) -> tuple[str, ...]:
+    """A certificate's ``likely_causes`` (harness.causes: {"causes": [...], "unexplained": [...]}) as one
+    line per cause, in the words of the run's summary (harness.causes_text), root cause first."""
+    if not value:
+        return ()
+    if isinstance(value, str):
+        return tuple(line for line in value.splitlines() if line.strip())
+    if not isinstance(value, dict):
+        return tuple(_record_text(v) for v in value)
+    try:
+        from conformance.harness.causes_text import cause_lines as describe
+    except ImportError:  # a suite without the likely-causes analysis still draws the causes it is given
+        describe = None
+    lines = []
+    for n, cause in enumerate(value.get("causes") or [], 1):
+        try:
+            lines.append(" ".join(ln.strip() for ln in describe(n, cause)) if describe else _record_text(cause))
+        except (KeyError, TypeError, AttributeError):
+            lines.append(_record_text(cause))
+    if value.get("unexplained"):
+        lines.append("not explained by a feature set: " + ", ".join(map(str, value["unexplained"][:10])))
+    return tuple(lines)
+
+
+def _notes(entry: dict) -> tuple[str, ...]:
+    """What the certificate says beside the verdict: expected failures, declared deviations."""
+    notes = []
+    counts = entry.get("counts") or {}
+    for outcome in ("expected failure", "stale expectation"):
+        if counts.get(outcome):
+            notes.append(f"{counts[outcome]} clause{'s' if counts[outcome] > 1 else ''}: {outcome}")
+    for d in entry.get("deviations") or []:
+        if isinstance(d, dict) and "field" in d:
+            d = f"{d['field']}={d.get('value')} ({d.get('what', '')}), departing from {d.get('file', '')} " + str(
+                d.get("section", "")
+            )
+        notes.append("declared deviation: " + _record_text(d))
+    return tuple(notes)
+
+
+def _libraries(env: dict) -> dict[str, str]:
+    libs = env.get("kernel_libraries") or env.get("libraries") or {}
+    return {str(k): str(v) for k, v in libs.items() if v}
+
+
+def _cell(cid: str, cl: dict | None, entry: dict, spec: str, cmd: str) -> Cell:
+    if cl is None:
+        return Cell("-", *MISSING, reason="not in this certificate (another suite version)", command=cmd)
+    outcome = str(cl.get("outcome", "-"))
+    word, kind = CELL_WORDS.get(outcome, (outcome, "nr"))
+    reason = str(cl.get("detail") or "").replace(f"not applicable to {spec}: ", "")
+    if kind not in ("bad", "xfail"):
+        return Cell(outcome, word, kind, reason, "", cmd)
+    expectations = entry.get("expectations") or {}
+    listed = [
+        e
+        for key in ("expected_failures", "stale")
+        for e in expectations.get(key) or []
+        if isinstance(e, dict) and e.get("clause") == cid
+    ]
+    why = sorted({str(e["reason"]) for e in listed if e.get("reason")})
+    if why:
+        reason += " — expected because: " + " / ".join(why)
+    messages = [str(r.get("message") or "") for r in listed] + [
+        str(f.get("message") or "") for f in entry.get("failures") or [] if f.get("clause") == cid
+    ]
+    return Cell(outcome, word, kind, reason, next((m.strip() for m in messages if m.strip()), ""), cmd)
+
+
+def build_matrix(certificates: list[tuple[str, dict]], pyargs: bool = False) -> Matrix:
+    """The matrix of ``certificates``: (source label, certificate document) pairs, in column order.
+
+    An adapter appearing in several certificates gets one column per appearance, labelled by
+    source. An adapter without clause results (unavailable here) is listed apart with its reason."""
+    entries: list[tuple[str, dict, dict, str]] = []  # (spec, entry, doc, source)
+    unavailable: list[tuple[str, str]] = []
+    for source, doc in certificates:
+        for spec, entry in (doc.get("adapters") or {}).items():
+            if "clauses" not in entry:
+                unavailable.append((spec, str(entry.get("reason") or entry.get("verdict", "no result"))))
+                continue
+            entries.append((spec, entry, doc, source))
+    specs = [spec for spec, *_ in entries]
+    columns = []
+    for spec, entry, doc, source in entries:
+        env = entry.get("environment") or {}
+        label = spec if specs.count(spec) == 1 else f"{spec} ({Path(source).stem})"
+        columns.append(
+            Column(
+                spec=spec,
+                label=label,
+                verdict=str(entry.get("verdict", "?")),
+                summary=str((entry.get("coverage") or {}).get("summary", "")),
+                libraries=_libraries(env),
+                device=str(env.get("device", "")),
+                likely_causes=likely_cause_lines(entry.get("likely_causes")),
+                notes=_notes(entry),
+                source=source,
+                date=str(doc.get("date", "")),
+                options=run_options(doc),
+            )
+        )
+    clause_ids = sorted({cid for _, e, _, _ in entries for cid in e["clauses"]})
+    sections: dict[str, Section] = {}
+    for cid in clause_ids:
+        meta = next(e["clauses"][cid] for _, e, _, _ in entries if cid in e["clauses"])
+        where, sentence = split_citation(str(meta.get("source", "")))
+        ref = next((r for _, e, _, _ in entries if (r := test_ref(cid, e)) is not None), None)
+        cells = []
+        for (spec, entry, _, _), col in zip(entries, columns, strict=True):
+            cells.append(_cell(cid, entry["clauses"].get(cid), entry, spec, command(ref, spec, col.options, pyargs)))
+        test = " ".join(ref.target(pyargs)) if ref else ""
+        row = Row(cid, str(meta.get("title", "")), sentence, str(meta.get("source", "")), test, tuple(cells))
+        sections.setdefault(where, Section(where)).rows.append(row)
+    ordered = [sections[k] for k in sorted(sections, key=_natural)]
+    return Matrix(columns, ordered, unavailable, pyargs)
