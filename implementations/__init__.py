@@ -25,4 +25,5 @@ BUILTINS: dict[str, str] = {
     "jax": "implementations.jax_attention:xla",
     "jax-cudnn": "implementations.jax_attention:cudnn",
     "onnxruntime": "implementations.onnxruntime_attention:onnxruntime_cpu",
+    "keras-numpy": "implementations.keras_numpy:keras_numpy",
 }

@@ -1,0 +1,83 @@
+"""What the three keras adapters share: loading keras 3 and one backend's ``nn`` module, the layout.
+
+keras picks ONE backend per process from ``KERAS_BACKEND`` (default ``tensorflow``), at its first
+import. The adapters do not need that global choice: each calls its backend's own module,
+``keras.src.backend.<numpy|jax|torch>.nn.dot_product_attention``, which is the function
+``keras.ops.dot_product_attention`` dispatches to for a user of that backend, and the three modules
+import and run side by side in one process whatever the global backend is (measured: keras 3.15.1,
+each backend under each of ``KERAS_BACKEND=numpy|jax|torch``, outputs within 5e-7 of each other).
+When ``KERAS_BACKEND`` is unset and keras is not imported yet, it is set to ``numpy`` (the one
+backend that needs no framework of its own) so that importing keras cannot fail for want of
+tensorflow; a value the user set is kept.
+
+The modules are looked up in ``sys.modules`` (``importlib.import_module``), not by attribute:
+under ``KERAS_BACKEND=numpy``, ``keras.src.backend.numpy`` is rebound to its ``numpy`` submodule,
+and ``import keras.src.backend.numpy.nn`` fails ("cannot import name 'nn'").
+
+Layout: keras takes [B, T, N, H] (the contract speaks [B, N, T, H]); q, k, v are transposed and made
+contiguous, as a keras user's arrays are, and the output transposed back. Masks and biases keep
+[B, N, T, S], keras's own order for them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import os
+import sys
+from types import ModuleType
+
+import numpy as np
+
+from conformance.contract import Case, NotApplicable
+
+KERAS_DTYPES = frozenset({"float32", "float16", "bfloat16"})
+
+# keras (non-tensorflow backends) turns every 64-bit float into float32 before computing:
+# keras.src.backend.common.dtypes.BIT64_TO_BIT32_DTYPE ("to be aligned with JAX's default behavior").
+FLOAT64_REASON = (
+    "keras 3 casts float64 inputs to float32 on its numpy, jax and torch backends "
+    "(keras.src.backend.common.dtypes.BIT64_TO_BIT32_DTYPE) and returns float32: it has no float64 attention"
+)
+
+
+def load(backend: str) -> tuple[ModuleType | None, ModuleType | None, str | None]:
+    """(keras, keras.src.backend.<backend>.nn, None) or (None, None, why not)."""
+    if "keras" not in sys.modules:
+        os.environ.setdefault("KERAS_BACKEND", "numpy")
+    try:
+        keras = importlib.import_module("keras")
+        nn = importlib.import_module(f"keras.src.backend.{backend}.nn")
+    except Exception as exc:  # noqa: BLE001 - ImportError, or keras failing on a backend it cannot load
+        return None, None, f"cannot load keras's {backend} backend: {type(exc).__name__}: {exc}"
+    return keras, nn, None
+
+
+def version() -> str | None:
+    try:
+        return importlib.metadata.version("keras")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def check_case(case: Case) -> None:
+    """Refusals of what keras's ``dot_product_attention`` has no argument or dtype for."""
+    if case.dropout_p > 0:
+        raise NotApplicable("keras.ops.dot_product_attention has no dropout argument")
+    if case.dtype == "float64":
+        raise NotApplicable(FLOAT64_REASON)
+
+
+def to_keras_layout(a: np.ndarray) -> np.ndarray:
+    """[B, N, T, H] -> [B, T, N, H], contiguous."""
+    return np.ascontiguousarray(np.swapaxes(np.asarray(a), 1, 2))
+
+
+def attend(case: Case) -> np.ndarray | None:
+    """keras's boolean mask (True = take part) from the suite's (True = blocked), in its own shape."""
+    return None if case.mask is None else np.ascontiguousarray(~np.asarray(case.mask, dtype=bool))
+
+
+def bias_f32(case: Case) -> np.ndarray | None:
+    """The additive mask as float32 (exact for the suite's biases; keras casts it to the compute dtype)."""
+    return None if case.bias is None else np.asarray(case.bias, dtype=np.float64).astype(np.float32)

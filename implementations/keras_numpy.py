@@ -1,0 +1,91 @@
+"""keras 3's ``dot_product_attention`` on its NumPy backend (``keras.src.backend.numpy.nn``).
+
+What a keras user with ``KERAS_BACKEND=numpy`` gets from ``keras.ops.dot_product_attention``; it
+follows ``jax.nn.dot_product_attention``'s xla reference (the keras source says so). The call gets
+the suite's case through keras's own arguments (implementations/_keras.py: layout, mask sense):
+``mask`` (True = take part), ``bias``, ``is_causal`` and ``scale``, all together where a case has them.
+
+Measured (keras 3.15.1, numpy 2.4; tests/test_adapter_declarations.py re-measures):
+
+* a row whose keys are all blocked by the boolean mask gives the mean of V (keras fills masked
+  logits with -0.7 x the dtype's maximum); a row of ``-inf`` bias gives NaN;
+* ``is_causal`` is ``np.tril`` on [T, S]: top-left;
+* float64 inputs are cast to float32 and the output is float32 (keras's 64 -> 32-bit rule), so
+  float64 is not declared (the adapter refuses it with that reason);
+* QK^T is an ``np.einsum`` in the input dtype (float16 products are not upcast; bfloat16 is computed
+  in float32 because ``np.einsum`` has no bfloat16), then cast to float32 for the softmax;
+* no GQA: the einsum needs as many key heads as query heads (Hq != Hkv raises ValueError);
+* Dk != Dv runs; no dropout argument; no gradient (NumPy), hence ``grad=False``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from conformance.contract import Case, Declaration
+from implementations import _keras
+
+keras, _nn, _UNAVAILABLE = _keras.load("numpy")
+
+__all__ = ["KerasNumpy", "keras_numpy"]
+
+
+class KerasNumpy:
+    """``keras.src.backend.numpy.nn.dot_product_attention``."""
+
+    framework = "numpy"
+
+    def __init__(self, name: str, declaration: Declaration) -> None:
+        self.name = name
+        self.declaration = declaration
+        self.version = f"keras {_keras.version()} (numpy backend), numpy {np.__version__}"
+
+    def __repr__(self) -> str:
+        return f"KerasNumpy({self.name!r})"
+
+    def unavailable_reason(self) -> str | None:
+        return _UNAVAILABLE
+
+    def forward(self, case: Case) -> np.ndarray:
+        _keras.check_case(case)
+        q, k, v = (_keras.to_keras_layout(x) for x in (case.query, case.key, case.value))
+        out = _nn.dot_product_attention(
+            q,
+            k,
+            v,
+            bias=_keras.bias_f32(case),
+            mask=_keras.attend(case),
+            scale=case.scale,
+            is_causal=bool(case.is_causal),
+        )
+        return np.ascontiguousarray(np.swapaxes(np.asarray(out), 1, 2))
+
+
+keras_numpy = KerasNumpy(
+    "keras-numpy",
+    Declaration(
+        dtypes=_keras.KERAS_DTYPES,
+        device="cpu",
+        grad=False,
+        dropout=False,
+        gqa=False,
+        bool_mask=True,
+        float_mask=True,
+        causal=True,
+        custom_scale=True,
+        causal_alignment="top-left",
+        all_blocked="mean-v",
+        all_blocked_float_mask="nan",
+        mask_sense="attend",
+        deterministic=True,
+        batch_invariant=True,
+        validates_inputs=False,
+        causal_with_mask=True,
+        backend="keras-numpy",
+        notes=(
+            "keras 3.15 numpy backend dot_product_attention. Measured: bool-mask rows all blocked -> mean of V, "
+            "-inf bias rows -> NaN; is_causal top-left; no GQA; float64 cast to float32 by keras (not declared); "
+            "float16 QK^T in float16; no dropout, no gradient."
+        ),
+    ),
+)
