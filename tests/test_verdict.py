@@ -225,6 +225,25 @@ def test_the_builtins_verdict_words_in_a_real_run(tmp_path, monkeypatch, pyteste
     assert "## Declared deviations from the spec" in md and "**Verdict: CONFORMS AS DECLARED**" in md
 
 
+def test_a_declare_override_that_departs_from_the_spec_is_a_declared_deviation(monkeypatch, pytester_runner):
+    """The rule reads the final declaration: --declare all_blocked=nan on a kernel that NaNs such rows."""
+    from conformance import catalog
+    from conformance.harness import runstate
+
+    mine = {c for c, info in catalog.load().items() if info.module.endswith(".test_masks")}
+    plan = {c: d for c, d in runstate.planned_dtypes().items() if c in mine}
+    monkeypatch.setattr(runstate, "planned_dtypes", lambda: plan)
+    spec = "tests.mutants:NanOnAllBlocked"
+    result = pytester_runner(str(ROOT / "conformance" / "clauses" / "test_masks.py"), f"--impl={spec}")
+    assert result.ret == 1 and _summary_of(result.stdout.str(), spec).startswith(f"{spec}: DOES NOT CONFORM")
+    result = pytester_runner(
+        str(ROOT / "conformance" / "clauses" / "test_masks.py"), f"--impl={spec}", "--declare=all_blocked=nan"
+    )
+    out = result.stdout.str()
+    assert result.ret == 0 and _summary_of(out, spec).startswith(f"{spec}: CONFORMS AS DECLARED: "), out
+    assert "declared deviation: all_blocked=nan (a row whose keys a boolean mask blocks entirely gets NaN)" in out
+
+
 def _summary_of(out: str, spec: str) -> str:
     return next(ln for ln in out.splitlines() if ln.startswith(f"{spec}: "))
 

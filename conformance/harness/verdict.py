@@ -183,9 +183,10 @@ def _plural(n: int, what: str) -> str:
     return f"{n} {what}{'' if n == 1 else 's'}"
 
 
-def _expected_detail(rows: list[ClauseResult]) -> str:
-    """'float16, bfloat16: <reason>' for a clause's expected failures."""
-    hit = [r for r in rows if r.outcome == EXPECTED_FAILURE]
+def _expected_detail(rows: list[ClauseResult], order: tuple[str | None, ...]) -> str:
+    """'float16, bfloat16: <reason>' for a clause's expected failures, dtypes in the plan's order."""
+    rank = {d: i for i, d in enumerate(order)}
+    hit = sorted((r for r in rows if r.outcome == EXPECTED_FAILURE), key=lambda r: rank.get(r.dtype, len(rank)))
     dts = ", ".join(str(r.dtype) for r in hit if r.dtype) or "no dtype axis"
     return f"{dts}: {_clause_reason(hit)}"
 
@@ -246,7 +247,7 @@ def decide(
                 why = "skipped: " + _clause_reason([r for r in rows if r.outcome == SKIPPED])
             v.clauses_missing[cid] = why
         elif EXPECTED_FAILURE in outcomes:
-            v.clauses_expected[cid] = _expected_detail(rows)
+            v.clauses_expected[cid] = _expected_detail(rows, planned.get(cid, ()))
         elif PASSED in outcomes:
             v.clauses_passed.append(cid)
         else:
