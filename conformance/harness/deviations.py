@@ -79,8 +79,10 @@ RULES: tuple[tuple[str, Callable[[Declaration], bool], Callable[[Declaration], s
     (
         "all_blocked_float_mask",
         lambda d: d.all_blocked_float_mask not in (None, "zeros"),
-        lambda d: "a row of -inf in an additive mask gets "
-        + _FILL.get(str(d.all_blocked_float_mask), str(d.all_blocked_float_mask)),
+        lambda d: (
+            "a row of -inf in an additive mask gets "
+            + _FILL.get(str(d.all_blocked_float_mask), str(d.all_blocked_float_mask))
+        ),
         ALL_BLOCKED_ZERO,
     ),
     (
