@@ -1,7 +1,8 @@
 """The conformance matrix: ``python -m conformance.matrix --out DIR [--impl SPEC ...] [--certificates A.json ...]``.
 
 Certifies each adapter (by default every built-in available here) in its own pytest process, as a
-user would (``python -m pytest --impl=SPEC --certificate=DIR/certs/SPEC.json``), or reads
+user would (``python -m pytest conformance/clauses --impl=SPEC --certificate=DIR/certs/SPEC.json`` from
+a checkout, ``--pyargs conformance`` instead of the path for an installed suite), or reads
 certificates written elsewhere, and writes ``DIR/matrix.md`` and one self-contained
 ``DIR/matrix.html``: a row per clause grouped by spec section, a column per adapter and its library
 versions, each cell's outcome with its reason and the command that reruns it, and each adapter's
@@ -58,9 +59,9 @@ def certificate_path(out: Path, spec: str) -> Path:
 
 def certify_command(spec: str, cert: Path, profile: str | None, extra: list[str], root: Path | None) -> list[str]:
     """The pytest command that certifies SPEC and writes its certificate to ``cert``."""
-    cmd = [sys.executable, "-m", "pytest"]
-    if root is None:
-        cmd += ["--pyargs", "conformance"]
+    # From a checkout, the clause directory by path (collecting the self-tests too only to deselect them
+    # costs seconds per adapter); an installed suite's clauses by package.
+    cmd = [sys.executable, "-m", "pytest", *(["conformance/clauses"] if root else ["--pyargs", "conformance"])]
     cmd += [f"--impl={spec}", f"--certificate={cert}", "-q", "-p", "no:cacheprovider"]
     if profile:
         cmd.append(f"--conformance-profile={profile}")

@@ -267,6 +267,8 @@ def test_kernel_libraries_name_the_kernels_own_library_not_the_contracts():
     from conformance.harness.environment import kernel_libraries
 
     assert list(kernel_libraries(registry.resolve("numpy").adapter)) == ["numpy"]
+    # a module of this checkout's tests package is not the stray `tests` package a wheel (mlx's) ships
+    assert list(kernel_libraries(registry.resolve("tests.mutants:MaskAfterSoftmax").adapter)) == ["numpy"]
     pytest.importorskip("torch")
     assert list(kernel_libraries(registry.resolve("torch-eager").adapter)) == ["torch"]
     fn = registry.resolve("torch.nn.functional:scaled_dot_product_attention").adapter  # a wrapped function

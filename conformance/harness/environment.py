@@ -65,6 +65,20 @@ def _imported_top_levels(module_name: str | None) -> set[str]:
     return tops
 
 
+def _provides(dist: str, top: str) -> bool:
+    """Whether the imported module ``top`` is the one distribution ``dist`` installed: a wheel that ships a
+    stray top-level package (``tests``) must not claim a checkout's package of that name."""
+    path = getattr(sys.modules.get(top), "__file__", None)
+    if not path:
+        return True  # a namespace package: the metadata is all there is
+    try:
+        where = Path(str(importlib.metadata.distribution(dist).locate_file(top))).resolve()
+    except Exception:  # noqa: BLE001 - metadata without a location: trust it
+        return True
+    p = Path(path).resolve()
+    return where in p.parents or (p.parent == where.parent and p.name.split(".")[0] == top)
+
+
 def kernel_libraries(adapter: Any) -> dict[str, str]:
     """The installed libraries the kernel itself comes from, with their versions: the distributions
     that the adapter's module (and a wrapped function's module, ``adapter.fn``) import, less this suite
@@ -75,7 +89,7 @@ def kernel_libraries(adapter: Any) -> dict[str, str]:
     dists = importlib.metadata.packages_distributions()
 
     def libs(tops: set[str]) -> dict[str, str]:
-        return {d: v for t in sorted(tops) for d in dists.get(t, ()) if (v := _version(d))}
+        return {d: v for t in sorted(tops) for d in dists.get(t, ()) if _provides(d, t) and (v := _version(d))}
 
     fn = getattr(adapter, "fn", None)
     found = libs(_imported_top_levels(type(adapter).__module__) | _imported_top_levels(getattr(fn, "__module__", None)))
