@@ -5,6 +5,7 @@ cell command is then run and must reproduce the cell)."""
 
 from __future__ import annotations
 
+import html
 import importlib.metadata
 import json
 import re
@@ -256,7 +257,12 @@ def test_the_command_certifies_writes_both_files_and_its_cells_reproduce(tmp_pat
     m = build_matrix([("numpy.json", doc)])
     row = {r.clause: r for r in m.rows}["WORKED-EXAMPLE-01"]
     (cell,) = row.cells
-    assert cell.word == "pass" and cell.command in (out / "matrix.html").read_text()
+    page = (out / "matrix.html").read_text()
+    assert cell.word == "pass" and html.escape(cell.command) in page
+    parser = _Tags()
+    parser.feed(page)
+    assert not {"script", "link", "img"} & {t for t, _ in parser.tags}
+    assert not any("src" in a or "href" in a for _, a in parser.tags) and "http" not in page
     rerun = subprocess.run(_python_pytest(cell.command), cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert re.search(r"\b4 passed\b", rerun.stdout) and "failed" not in rerun.stdout.split("summary")[-1], rerun.stdout
     assert "numpy: PARTIAL: 1/" in rerun.stdout  # exactly that clause ran, on that adapter

@@ -10,6 +10,8 @@ comes from a certificate or a kernel goes through ``html_parts.esc``.
 
 from __future__ import annotations
 
+import re
+
 from conformance.harness.html_parts import esc, page
 from conformance.harness.matrix_build import Cell, Column, Matrix, Row
 
@@ -64,14 +66,21 @@ def _verdicts(matrix: Matrix) -> str:
     return "\n".join(rows)
 
 
+def _dtypes_of(reason: str) -> str:
+    """The dtypes a failing cell names (its detail begins "failed: float16, bfloat16 (...)"), for its summary."""
+    match = re.match(r"(?:failed|expected failure): ([^(;\u2014]+)", reason)
+    return f": {match.group(1).strip()}" if match else ""
+
+
 def cell_html(cell: Cell) -> str:
     inner = [f"<p>{esc(cell.reason)}</p>"] if cell.reason else []
+    shown = cell.word + (_dtypes_of(cell.reason) if cell.kind in ("bad", "xfail") else "")
     if cell.message:
         inner.append(f"<pre>{esc(cell.message)}</pre>")
     if cell.command:
         inner.append(f"<code class='cmd'>{esc(cell.command)}</code>")
     return (
-        f"<td class='{cell.kind}' title='{esc(cell.reason)}'><details><summary>{esc(cell.word)}</summary>"
+        f"<td class='{cell.kind}' title='{esc(cell.reason)}'><details><summary>{esc(shown)}</summary>"
         + "".join(inner)
         + "</details></td>"
     )
