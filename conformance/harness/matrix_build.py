@@ -47,6 +47,8 @@ CELL_WORDS: dict[str, tuple[str, str]] = {
     "not in profile": ("not in profile", "nr"),
 }
 MISSING = ("-", "nr")  # the clause is not in that certificate (another suite version)
+# the dtypes a failing clause's detail names (harness.certificate._clause_outcome's words)
+_FAILED_DTYPES = re.compile(r"(?:failed|expected failure|passed although expected to fail): ([^(;\u2014]+)")
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,15 @@ class Cell:
     reason: str  # the certificate's detail, or the expectation's reason
     message: str = ""  # the first failure's message, for a failing cell
     command: str = ""  # reruns this clause on this adapter
+
+    @property
+    def brief(self) -> str:
+        """The reason in a few words, for a table: a failure's dtypes (its detail begins "failed: float16,
+        bfloat16 (...)"), nothing for a pass, else the whole reason."""
+        if self.kind in ("bad", "xfail"):
+            found = _FAILED_DTYPES.match(self.reason)
+            return found.group(1).strip() if found else ""
+        return "" if self.kind == "ok" else self.reason
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,6 @@ comes from a certificate or a kernel goes through ``html_parts.esc``.
 
 from __future__ import annotations
 
-import re
-
 from conformance.harness.html_parts import esc, page
 from conformance.harness.matrix_build import Cell, Column, Matrix, Row
 
@@ -66,15 +64,9 @@ def _verdicts(matrix: Matrix) -> str:
     return "\n".join(rows)
 
 
-def _dtypes_of(reason: str) -> str:
-    """The dtypes a failing cell names (its detail begins "failed: float16, bfloat16 (...)"), for its summary."""
-    match = re.match(r"(?:failed|expected failure): ([^(;\u2014]+)", reason)
-    return f": {match.group(1).strip()}" if match else ""
-
-
 def cell_html(cell: Cell) -> str:
     inner = [f"<p>{esc(cell.reason)}</p>"] if cell.reason else []
-    shown = cell.word + (_dtypes_of(cell.reason) if cell.kind in ("bad", "xfail") else "")
+    shown = cell.word + (f": {cell.brief}" if cell.brief and cell.kind in ("bad", "xfail") else "")
     if cell.message:
         inner.append(f"<pre>{esc(cell.message)}</pre>")
     if cell.command:

@@ -54,10 +54,7 @@ def libraries(col: Column) -> str:
 def cell_text(cell: Cell) -> str:
     """A table cell: the outcome as the certificate's Markdown writes it, and a short reason."""
     shown = outcome_cell(cell.outcome) if cell.word != "-" else "-"
-    if cell.kind == "ok" or cell.word == "-" or not cell.reason:
-        return shown
-    reason = cell.reason.removeprefix("failed: ")
-    return f"{shown} ({text(reason, REASON_CHARS)})"
+    return f"{shown} ({text(cell.brief, REASON_CHARS)})" if cell.brief and cell.word != "-" else shown
 
 
 def render(matrix: Matrix, command_line: str = "") -> str:
