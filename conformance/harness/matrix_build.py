@@ -218,8 +218,9 @@ def _notes(entry: dict) -> tuple[str, ...]:
     """What the certificate says beside the verdict: expected failures, declared deviations."""
     notes = []
     counts = entry.get("counts") or {}
+    summary = str((entry.get("coverage") or {}).get("summary", ""))
     for outcome in ("expected failure", "stale expectation"):
-        if counts.get(outcome):
+        if counts.get(outcome) and outcome not in summary:  # the verdict's own line may count them already
             notes.append(f"{counts[outcome]} clause{'s' if counts[outcome] > 1 else ''}: {outcome}")
     for d in entry.get("deviations") or []:
         if isinstance(d, dict) and "field" in d:
