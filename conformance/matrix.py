@@ -52,6 +52,17 @@ def available_builtins() -> tuple[list[str], list[tuple[str, str]]]:
     return usable, unavailable
 
 
+def probe_builtins() -> tuple[list[str], list[tuple[str, str]]]:
+    """:func:`available_builtins`, asked in a child process: resolving imports every framework (and some
+    set process-wide state, such as keras's backend), which the certifications must not inherit."""
+    code = "import json, conformance.matrix as m; print(json.dumps(m.available_builtins()))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"cannot list the built-in adapters: {proc.stderr.strip()[-2000:]}")
+    usable, unavailable = json.loads(proc.stdout.strip().splitlines()[-1])
+    return usable, [tuple(u) for u in unavailable]
+
+
 def certificate_path(out: Path, spec: str) -> Path:
     """Where SPEC's certificate goes: ``DIR/certs/<spec>.json``, the spec made a file name."""
     return out / "certs" / (re.sub(r"[^A-Za-z0-9._-]+", "_", spec).strip("._") + ".json")
@@ -138,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     specs, unavailable = args.impl, []
     if specs is None:
-        specs, unavailable = ([], []) if args.certificates else available_builtins()
+        specs, unavailable = ([], []) if args.certificates else probe_builtins()
     root = checkout_root()
     if not specs and not args.certificates:
         parser.error("nothing to draw: no adapter is available here and no --certificates were given")

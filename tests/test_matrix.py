@@ -281,6 +281,16 @@ def test_kernel_libraries_name_the_kernels_own_library_not_the_contracts():
     assert list(kernel_libraries(fn)) == ["torch"]
 
 
+def test_the_default_columns_are_every_available_builtin_and_the_rest_say_why():
+    from conformance import matrix
+    from conformance.harness import registry
+
+    usable, unavailable = matrix.probe_builtins()
+    assert "numpy" in usable
+    assert sorted(usable + [name for name, _ in unavailable]) == sorted(registry.builtin_names())
+    assert all(why.strip() for _, why in unavailable)
+
+
 @pytest.mark.parametrize("argv", [["--out", "x", "--certificates", "/nonexistent.json"]])
 def test_bad_input_is_a_clear_error(argv, tmp_path):
     from conformance import matrix
