@@ -156,6 +156,8 @@ def test_citations_split_into_where_and_sentence():
 def test_likely_causes_render_whatever_shape_they_come_in():
     assert likely_cause_lines(None) == ()
     assert likely_cause_lines(["a", {"text": "b"}]) == ("a", "b")
+    (line,) = likely_cause_lines({"causes": [{"features": ["dtype=float64"], "clause_tests": 3, "clauses": 2}]})
+    assert "dtype=float64" in line and "3 failing clause tests" in line
     assert likely_cause_lines({"causes": [], "unexplained": ["X[float16]"]}) == (
         "not explained by a feature set: X[float16]",
     )

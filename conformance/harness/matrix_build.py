@@ -184,6 +184,11 @@ def command(ref: TestRef | None, spec: str, options: tuple[str, ...], pyargs: bo
 
 
 def _record_text(item: Any) -> str:
+    if isinstance(item, dict) and isinstance(item.get("features"), list):  # a cause, in its own words' absence
+        text = " + ".join(map(str, item["features"]))
+        if item.get("clause_tests"):
+            text += f": {item['clause_tests']} failing clause tests of {item.get('clauses', '?')} clauses"
+        return text + (f"; --declare {item['declare']}" if item.get("declare") else "")
     if isinstance(item, dict):
         text = next((item[k] for k in ("line", "text", "summary", "describe") if item.get(k)), None)
         return str(text) if text is not None else "; ".join(f"{k}: {v}" for k, v in item.items())
