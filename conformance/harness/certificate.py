@@ -210,6 +210,7 @@ def build(config: pytest.Config) -> dict:
         )
         entry["perf"] = perf.certificate_section(config, spec)  # issue 11: perf data and error ratios
         entry["space_coverage"] = space_coverage.table(space_coverage.counts(config).get(spec, {}), impl.declaration)
+        entry["discovery"] = state.discovered.get(spec)  # --discover: what was measured, and the findings
         doc["adapters"][spec] = entry
     return doc
 

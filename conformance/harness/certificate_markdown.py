@@ -10,6 +10,7 @@ from typing import Any
 
 from conformance.contract import DTYPES
 from conformance.harness import coverage as space_coverage
+from conformance.harness import discovery_run
 
 # -- one certificate ----------------------------------------------------------------------------------
 OUTCOME_CELL: dict[str, str] = {
@@ -72,6 +73,7 @@ def render_markdown(doc: dict) -> str:
         out += [f"| {k} | {_esc(v)} |" for k, v in a["declaration"].items() if k != "notes"]
         if a["declaration"].get("notes"):
             out.append(f"\nNotes: {a['declaration']['notes']}")
+        out += discovery_run.markdown_lines(a.get("discovery"))
         out.append("\n## Clauses\n\n| clause | result | detail | what it checks |\n|---|---|---|---|")
         for cid, cl in a["clauses"].items():
             out.append(f"| {cid} | {outcome_cell(cl['outcome'])} | {_esc(cl['detail'])} | {_esc(cl['title'])} |")

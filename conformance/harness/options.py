@@ -56,6 +56,13 @@ def add_options(parser: pytest.Parser) -> None:
         metavar="SECONDS",
         help="a single kernel call that takes longer fails its clause (0 disables the guard)",
     )
+    group.addoption(
+        "--discover",
+        action="store_true",
+        default=False,
+        help="probe the --impl kernel's conventions first (python -m conformance.discover) and certify under "
+        "what was measured; --declare values are pinned and win; findings are reported, never declared",
+    )
 
 
 def print_impl_list() -> None:

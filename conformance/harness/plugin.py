@@ -65,6 +65,8 @@ def pytest_configure(config: pytest.Config) -> None:
         specs = list(registry.builtin_names())
     state = State(specs, explicit, declare, overrides, config.getoption(runstate.OPT_CALL_TIMEOUT), profile)
     config.stash[runstate.STATE_KEY] = state
+    if config.getoption(runstate.OPT_DISCOVER) and not explicit:
+        raise pytest.UsageError("--discover needs --impl: discovery measures one named kernel")
     if config.getoption(runstate.OPT_IMPL_LIST) or not explicit:
         return
     # Named on the command line: resolve now, so that a bad --impl is a usage error (exit 4).
@@ -75,6 +77,18 @@ def pytest_configure(config: pytest.Config) -> None:
         except registry.ImplSpecError as exc:
             raise pytest.UsageError(str(exc)) from None
     state._resolved = resolved
+    if config.getoption(runstate.OPT_DISCOVER):  # the discovered declaration replaces the declared one
+        from conformance.harness import discovery_run
+
+        discovery_run.apply(config, state, overrides, config.getoption(signatures.OPT_SIGNATURE))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """pytest-xdist: a worker certifies under the declaration the controller discovered."""
+    from conformance.harness import discovery_run
+
+    discovery_run.to_worker(node, node.config)
 
 
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
@@ -121,6 +135,10 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
             )
     if state.declare:
         lines.append(f"  --declare overrides: {' '.join(state.declare)}")
+    if state.discovered:
+        from conformance.harness import discovery_run
+
+        lines += discovery_run.header_lines(state)
     if _certifying_from_testpaths(config):
         lines.append("  certification run: clauses only (the project's self-tests run with a bare `pytest`)")
     return lines
@@ -237,7 +255,9 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     tr.section("sdpa-conformance summary")
     for spec, v in runstate.verdicts(config).items():
         tr.write_line(f"{spec}: {v.headline()} ({state.profile} profile)")
-        for line in v.details():
+        from conformance.harness import discovery_run
+
+        for line in v.details() + discovery_run.summary_lines(state, spec):
             tr.write_line(f"    {line}")
     failed = sorted({(r["impl"], r["clause"]) for r in state.results if r["outcome"] == "failed"})
     if failed:

@@ -27,6 +27,7 @@ OPT_RANDOM_SEEDS = "conformance_random_seeds"
 OPT_CERTIFICATE = "certificate"
 OPT_BASELINE = "baseline"
 OPT_RECORD_BASELINE = "record_baseline"
+OPT_DISCOVER = "discover"
 
 HYPOTHESIS_PROFILES = ("ci", "thorough")
 STATE_KEY = pytest.StashKey["State"]()
@@ -44,6 +45,7 @@ class State:
     impls: dict[str, Any] = field(default_factory=dict)  # spec -> GuardedAdapter, the guarded adapter
     results: list[dict] = field(default_factory=list)  # verdict.ClauseResult.as_dict() records
     verdicts: dict[str, Any] | None = None  # spec -> verdict.Verdict, computed at the end of the run
+    discovered: dict[str, dict] = field(default_factory=dict)  # spec -> Discovery.as_dict() under --discover
 
     @property
     def resolved(self) -> dict[str, Any]:

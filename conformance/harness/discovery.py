@@ -1,0 +1,189 @@
+"""Discovery: measure a kernel's capabilities and conventions on small witnesses, and say what to declare.
+
+A new user of the suite arrives with a kernel and no idea which of its conventions the spec leaves
+open (mask sense, causal alignment when T != S, the fill of a row whose keys are all blocked, float64
+computed in float32, ...). Finding them by trial means reading failures; the suite can measure them.
+:func:`discover` runs the probes of ``harness.discovery_probes`` (capabilities) and
+``harness.discovery_conventions`` (conventions) on the adapter, each one guarded (an exception or a hang
+is an evidence line, never a crash), and returns a :class:`Discovery`: one :class:`Measured` per field
+(the value and the evidence), the declaration that results, the ``--declare`` line that gets it, and
+*findings*: behaviours that are no allowed value of any field (causal dropped when a mask is given,
+NaN on some all-blocked rows and zeros on others, fp16 products not upcast). A finding is never
+declared away: the field keeps its declared value, so the clauses that test it fail.
+
+Fields the user pinned with ``--declare`` are not probed. Used by ``python -m conformance.discover``
+and by ``pytest --discover`` (harness.discovery_run).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from conformance.contract import DTYPES, Declaration
+from conformance.harness import discovery_witness as witness
+
+# Pseudo-fields: measured and reported, never part of a declaration (no field can say them).
+UPCAST = "upcast"
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One field's measurement: ``value`` goes into the declaration when ``declared``."""
+
+    field: str
+    value: Any
+    evidence: str
+    declared: bool = True
+
+    def line(self) -> str:
+        shown = declare_value(self.value) if self.declared else str(self.value)
+        return f"{self.field} = {shown}: {self.evidence}"
+
+
+def declare_value(value: Any) -> str:
+    """A field value as ``--declare`` writes it (parsed back by harness.declare.parse_declare)."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (frozenset, set, tuple, list)):
+        order = {d: i for i, d in enumerate(DTYPES)}
+        return ",".join(sorted(map(str, value), key=lambda v: (order.get(v, len(order)), v)))
+    return str(value)
+
+
+@dataclass
+class Probing:
+    """The state the probes share: the adapter, the declaration built so far, and what was found."""
+
+    adapter: Any
+    decl: Declaration
+    pinned: dict[str, Any]
+    timeout: float = witness.DEFAULT_TIMEOUT
+    dtype: str = "float32"  # the working dtype of convention probes (float32 where it runs)
+    measured: list[Measured] = field(default_factory=list)
+    findings: list[str] = field(default_factory=list)
+
+    def pinned_here(self, name: str) -> bool:
+        """True (and the pin recorded) when ``--declare`` fixed ``name``: it is not probed."""
+        if name not in self.pinned:
+            return False
+        self.measured.append(Measured(name, self.pinned[name], "pinned by --declare (not probed)"))
+        return True
+
+    def record(self, name: str, value: Any, evidence: str) -> None:
+        self.measured.append(Measured(name, value, evidence))
+        self.decl = self.decl.replace(**{name: value})
+
+    def keep(self, name: str, evidence: str) -> None:
+        """``name`` keeps its declared value (not measurable, or a finding stands in its place)."""
+        self.measured.append(Measured(name, getattr(self.decl, name), evidence))
+
+    def note(self, name: str, value: str, evidence: str) -> None:
+        self.measured.append(Measured(name, value, evidence, declared=False))
+
+    def finding(self, text: str) -> None:
+        self.findings.append(text)
+
+    def forward(self, case, decl: Declaration | None = None) -> witness.Outcome:
+        with witness.declared(self.adapter, decl or self.decl):
+            return witness.forward(self.adapter, case, self.timeout)
+
+    def vjp(self, case, grad_out, decl: Declaration | None = None) -> witness.Outcome:
+        with witness.declared(self.adapter, decl or self.decl):
+            return witness.vjp(self.adapter, case, grad_out, self.timeout)
+
+
+@dataclass
+class Discovery:
+    """What discovery measured on one adapter."""
+
+    spec: str
+    name: str
+    reference: Declaration  # what the adapter declared before discovery (the --declare line is relative to it)
+    declaration: Declaration  # the discovered declaration (pins included)
+    pinned: dict[str, Any]
+    measured: list[Measured]
+    findings: list[str]
+    dtype: str = "float32"  # the working dtype of the convention probes
+
+    def changes(self) -> dict[str, Any]:
+        """Fields whose discovered value differs from the reference, and every pin."""
+        ref, new = self.reference.as_dict(), self.declaration.as_dict()
+        names = [m.field for m in self.measured if m.declared]
+        return {n: getattr(self.declaration, n) for n in names if n in self.pinned or ref[n] != new[n]}
+
+    def declare_args(self) -> list[str]:
+        return [f"{k}={declare_value(v)}" for k, v in self.changes().items()]
+
+    def declare_line(self) -> str:
+        args = self.declare_args()
+        if not args:
+            return "--declare: nothing to add (every measured field is what the adapter declares)"
+        return " ".join(f"--declare {a}" for a in args)
+
+    def lines(self) -> list[str]:
+        out = [f"discovery of {self.spec} ({self.name}); convention probes in {self.dtype}; {witness.THRESHOLDS}"]
+        out += [m.line() for m in self.measured]
+        out.append(self.declare_line())
+        out += [f"finding: {f}" for f in self.findings] or ["findings: none"]
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready record (the certificate's ``discovery`` entry; what xdist workers receive)."""
+        return {
+            "spec": self.spec,
+            "declare": self.declare_args(),
+            "measured": [
+                {"field": m.field, "value": declare_value(m.value) if m.declared else m.value, "evidence": m.evidence}
+                for m in self.measured
+            ],
+            "findings": list(self.findings),
+            "pinned": sorted(self.pinned),
+        }
+
+
+def discover(
+    adapter: Any, pinned: dict[str, Any] | None = None, *, spec: str = "", timeout: float | None = None
+) -> Discovery:
+    """Probe ``adapter`` (its declaration is restored afterwards); ``pinned`` fields are not probed."""
+    from conformance.harness import discovery_blocked, discovery_conventions, discovery_precision, discovery_probes
+
+    pinned = dict(pinned or {})
+    reference = adapter.declaration
+    p = Probing(adapter, reference.replace(**pinned), pinned, witness.DEFAULT_TIMEOUT if timeout is None else timeout)
+    try:
+        if discovery_probes.dtypes(p):
+            probes = (
+                *discovery_probes.CAPABILITIES,
+                *discovery_conventions.CONVENTIONS,
+                discovery_blocked.all_blocked,
+                discovery_precision.float64_computed_as,
+                discovery_precision.upcast,
+                *discovery_probes.LIMITS,
+            )
+            for probe in probes:
+                try:
+                    probe(p)
+                except Exception as exc:  # noqa: BLE001 - a probe's own bug must not hide the others
+                    p.finding(f"probe {probe.__name__} could not finish: {type(exc).__name__}: {exc}")
+    finally:
+        adapter.declaration = reference
+    name = str(getattr(adapter, "name", spec))
+    return Discovery(spec or name, name, reference, p.decl, pinned, p.measured, p.findings, p.dtype)
+
+
+def discover_spec(
+    spec: str, pinned: dict[str, Any] | None = None, signature: str = "sdpa", timeout: float | None = None
+):
+    """Resolve ``spec`` as ``--impl`` does (harness.registry, with ``signature``) and discover it.
+
+    Returns ``(Discovery | None, reason)``: None with the reason when the adapter cannot run here.
+    Raises ``registry.ImplSpecError`` for a spec that does not resolve."""
+    from conformance.harness import registry
+
+    res = registry.resolve(spec, None, signature)
+    if not res.usable:
+        return None, res.reason
+    return discover(res.adapter, pinned, spec=spec, timeout=timeout), None
