@@ -109,7 +109,7 @@ class Column:
     libraries: dict[str, str]  # the kernel's own libraries and versions, or every recorded one
     device: str
     likely_causes: tuple[str, ...]
-    notes: tuple[str, ...]  # expectation counts, declared deviations: whatever the certificate carries
+    notes: tuple[tuple[str, str], ...]  # (short, whole): expectation counts, declared deviations
     source: str  # which certificate file it came from
     date: str
     options: tuple[str, ...]  # the reproducing options of its run
@@ -219,20 +219,26 @@ def likely_cause_lines(value: Any) -> tuple[str, ...]:
     return tuple(lines)
 
 
-def _notes(entry: dict) -> tuple[str, ...]:
-    """What the certificate says beside the verdict: expected failures, declared deviations."""
+def _notes(entry: dict) -> tuple[tuple[str, str], ...]:
+    """What the certificate says beside the verdict, each (short, whole): expected failures, declared
+    deviations from the spec (the whole form quotes the sentence departed from)."""
     notes = []
     counts = entry.get("counts") or {}
     summary = str((entry.get("coverage") or {}).get("summary", ""))
     for outcome in ("expected failure", "stale expectation"):
         if counts.get(outcome) and outcome not in summary:  # the verdict's own line may count them already
-            notes.append(f"{counts[outcome]} clause{'s' if counts[outcome] > 1 else ''}: {outcome}")
+            note = f"{counts[outcome]} clause{'s' if counts[outcome] > 1 else ''}: {outcome}"
+            notes.append((note, note))
     for d in entry.get("deviations") or []:
         if isinstance(d, dict) and "field" in d:
-            d = f"{d['field']}={d.get('value')} ({d.get('what', '')}), departing from {d.get('file', '')} " + str(
-                d.get("section", "")
+            where = f"{str(d.get('file', ''))[:3]} {str(d.get('section', '')).split(' ')[0]}".strip()
+            short = f"declared deviation: {d['field']}={d.get('value')}" + (f" (vs {where})" if where else "")
+            whole = f"declared deviation: {d['field']}={d.get('value')} ({d.get('what', '')}), departing from " + str(
+                d.get("citation") or where
             )
-        notes.append("declared deviation: " + _record_text(d))
+            notes.append((short, whole))
+        else:
+            notes.append(("declared deviation: " + _record_text(d),) * 2)
     return tuple(notes)
 
 

@@ -15,10 +15,11 @@ from conformance.harness.matrix_build import Cell, Column, Matrix, Row
 
 STYLE = """
 body { max-width: none; margin: 18px 24px; }
-table.matrix { font-size: 12px; } table.matrix td { min-width: 74px; max-width: 260px; }
+table.matrix { font-size: 12px; } table.matrix td { max-width: 260px; } table.matrix th { font-size: 11.5px; }
 table.matrix thead th { position: sticky; top: 0; z-index: 1; }
 tr.section th { background: #e8eef7; text-align: left; font-size: 13px; padding-top: 7px; }
-td.clause { min-width: 340px; max-width: 460px; font-size: 11.5px; } td.clause b { font-family: monospace; }
+table.matrix td.clause { font-size: 11.5px; max-width: none; } td.clause > details { width: 290px; }
+table.matrix td, table.matrix th { padding: 2px 4px; } td.clause b { font-family: monospace; }
 .xfail { background: #fff0d9; } .badge.xfail { background: #b06000; }
 details > summary { cursor: pointer; } details p, details pre, details code { font-size: 11px; }
 details pre { max-height: 220px; overflow: auto; margin: 4px 0; }
@@ -50,7 +51,7 @@ def libraries(col: Column) -> str:
 def _verdicts(matrix: Matrix) -> str:
     rows = ["<table><tr><th>adapter</th><th>library</th><th>device</th><th>verdict</th><th>likely causes</th></tr>"]
     for col in matrix.columns:
-        notes = "".join(f"<br><span class='muted'>{esc(n)}</span>" for n in col.notes)
+        notes = "".join(f"<br><span class='muted' title='{esc(long)}'>{esc(short)}</span>" for short, long in col.notes)
         causes = "".join(f"<li>{esc(c)}</li>" for c in col.likely_causes)
         rows.append(
             f"<tr><td><b>{esc(col.label)}</b></td><td>{esc(libraries(col))}</td><td>{esc(col.device)}</td>"

@@ -73,11 +73,15 @@ def render(matrix: Matrix, command_line: str = "") -> str:
     out.append("| adapter | library | device | verdict | coverage | likely causes |\n|---|---|---|---|---|---|")
     for col in matrix.columns:
         causes = "<br>".join(text(c) for c in col.likely_causes[:3]) or "-"
-        notes = "".join(f"<br>{text(n)}" for n in col.notes)
+        notes = "".join(f"<br>{text(short)}" for short, _ in col.notes)
         out.append(
             f"| {text(col.label)} | {text(libraries(col))} | {text(col.device)} | **{text(col.verdict)}**{notes} | "
             f"{text(col.summary)} | {causes} |"
         )
+    deviations = [(col, whole) for col in matrix.columns for short, whole in col.notes if short != whole]
+    if deviations:
+        out.append("")
+        out += [f"- {text(col.label)}: {text(whole)}" for col, whole in deviations]
     if matrix.unavailable:
         out.append(
             "\nUnavailable here (no column): "
