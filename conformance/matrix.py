@@ -8,6 +8,9 @@ certificates written elsewhere, and writes ``DIR/matrix.md`` and one self-contai
 versions, each cell's outcome with its reason and the command that reruns it, and each adapter's
 verdict and likely causes on top. One process per adapter keeps one library's state (threads,
 caches, a crash) from reaching another's verdict, and is exactly the command the cells reproduce.
+Exit code 0 when every certification wrote its certificate, whatever the verdicts (the matrix
+reports them; a gate uses each adapter's own pytest run), 1 when one wrote none (listed in the
+matrix with its log, ``DIR/certs/<spec>.log``).
 
 This module is only the command; the table is ``harness.matrix_build``, its renderings
 ``harness.matrix_markdown`` and ``harness.matrix_html``.
