@@ -90,6 +90,7 @@ def two_certificates() -> list[tuple[str, dict]]:
             "expected_failures": [{"clause": "FLOAT-MASK-M-13", "dtype": "float64", "reason": "softmax in f32"}]
         },
         likely_causes={"failures": 1, "causes": ["float16 + forward: 1 failing clause test"], "unexplained": []},
+        discovery={"declare": ["all_blocked=nan"], "measured": [], "findings": ["causal ignored with a mask"]},
     )
     return [("a.json", good), ("b.json", bad)]
 
@@ -117,6 +118,11 @@ def test_rows_grouped_by_section_in_the_seeds_order_with_a_cell_per_adapter():
     assert rows["WORKED-EXAMPLE-01"].cells[1].message == "ClauseViolation: got [1, 3]"
     assert m.columns[1].likely_causes == ("float16 + forward: 1 failing clause test",)
     assert ("1 clause: expected failure",) * 2 in m.columns[1].notes
+    assert ("discovery finding: causal ignored with a mask",) * 2 in m.columns[1].notes
+    assert (
+        "declaration discovered (--discover)",
+        "certified under a discovered declaration: --declare all_blocked=nan",
+    ) in m.columns[1].notes
 
 
 def test_every_cell_names_its_clause_test_and_the_options_of_its_run():

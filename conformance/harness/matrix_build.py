@@ -239,6 +239,11 @@ def _notes(entry: dict) -> tuple[tuple[str, str], ...]:
             notes.append((short, whole))
         else:
             notes.append(("declared deviation: " + _record_text(d),) * 2)
+    found = entry.get("discovery")  # pytest --discover: the declaration was measured, not written
+    if isinstance(found, dict):
+        declared = " ".join(f"--declare {a}" for a in found.get("declare") or []) or "nothing differed"
+        notes.append(("declaration discovered (--discover)", f"certified under a discovered declaration: {declared}"))
+        notes += [(f"discovery finding: {f}",) * 2 for f in found.get("findings") or []]
     return tuple(notes)
 
 
