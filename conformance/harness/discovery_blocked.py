@@ -66,26 +66,31 @@ def _judge(p: Probing, fills: set[str], kind: str, evidence: str) -> str | None:
 
 
 def all_blocked(p: Probing) -> None:
-    bool_policy = None
+    """``all_blocked`` from boolean rows, ``all_blocked_float_mask`` from -inf rows (None when the two agree)."""
+    only_float = not p.decl.bool_mask and "all_blocked" not in p.pinned  # -inf rows then say all_blocked
     if "all_blocked" in p.pinned:
         p.pinned_here("all_blocked")
     elif p.decl.bool_mask:
         fills, ev = _fills(p, _dead_witness(p, False), f"boolean mask, {len(DEAD_ROWS)} rows blocked entirely")
-        bool_policy = _judge(p, fills, "boolean", ev)
-        (p.record("all_blocked", bool_policy, ev) if bool_policy else p.keep("all_blocked", f"kept: {ev}"))
+        policy = _judge(p, fills, "boolean", ev)
+        p.record("all_blocked", policy, ev) if policy else p.keep("all_blocked", f"kept: {ev}")
+    elif not p.decl.float_mask:
+        p.keep("all_blocked", "not measured: no mask")
     if p.pinned_here("all_blocked_float_mask"):
         return
     if not p.decl.float_mask:
         p.keep("all_blocked_float_mask", "not measured: no float mask")
-        if not p.decl.bool_mask and "all_blocked" not in p.pinned:
-            p.keep("all_blocked", "not measured: no mask")
         return
     fills, ev = _fills(p, _dead_witness(p, True), f"float mask, {len(DEAD_ROWS)} rows all -inf")
     policy = _judge(p, fills, "-inf float", ev)
     if policy is None:
+        if only_float:
+            p.keep("all_blocked", "kept: no boolean mask, and the -inf rows gave no single policy")
         p.keep("all_blocked_float_mask", f"kept: {ev}")
-    elif not p.decl.bool_mask and "all_blocked" not in p.pinned:
+    elif only_float:
         p.record("all_blocked", policy, f"{ev} (no boolean mask: all_blocked says it)")
         p.record("all_blocked_float_mask", None, "the same as all_blocked")
+    elif policy == p.decl.all_blocked:
+        p.record("all_blocked_float_mask", None, f"{ev}: the same as all_blocked")
     else:
-        p.record("all_blocked_float_mask", None if policy == p.decl.all_blocked else policy, ev)
+        p.record("all_blocked_float_mask", policy, ev)
