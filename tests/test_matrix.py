@@ -19,7 +19,8 @@ import pytest
 
 from conformance import catalog
 from conformance.harness import matrix_html, matrix_markdown
-from conformance.harness.matrix_build import build_matrix, likely_cause_lines, run_options, split_citation
+from conformance.harness.matrix_build import build_matrix
+from conformance.harness.matrix_fields import likely_cause_lines, run_options, split_citation
 
 ROOT = Path(__file__).resolve().parents[1]
 EVIL = "<script>alert(1)</script>"
