@@ -7,8 +7,8 @@ reruns its clause on its adapter with the options its certificate was made with 
 ``--signature``, the profile, ...), so a reader can check any cell without reading the suite.
 
 Fields that other parts of the suite add to a certificate as they grow (``likely_causes``, an
-expectation's outcomes, the kernel's own libraries in the environment) are shown when present and
-simply absent otherwise: an older certificate still draws.
+expectation's outcomes, the kernel's own libraries in the environment) are read by
+harness.matrix_fields, shown when present and simply absent otherwise: an older certificate still draws.
 """
 
 from __future__ import annotations
