@@ -25,6 +25,7 @@ class Knobs:
     float64_as_float32: bool = False
     upcast: bool = True  # float16 / bfloat16 converted to float32 before QK^T
     causal_with_mask: str = "apply"  # or "reject" (raise ValueError) or "ignore" (drop is_causal)
+    decode_drops_causal: bool = False  # is_causal ignored when T == 1 (as HF's sdpa_attention_forward does)
 
 
 def _fill(p, dead, how: str, S: int):
@@ -52,6 +53,8 @@ def attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_
             is_causal = False  # assumes the mask already holds the causal part
     dtype = query.dtype
     T, S, D = query.shape[-2], key.shape[-2], query.shape[-1]
+    if knobs.decode_drops_causal and T == 1:
+        is_causal = False  # a decode step sees every key: bottom-right there, top-left elsewhere
     if dtype == torch.float64 and not knobs.float64_as_float32:
         work = torch.float64
     else:
@@ -108,6 +111,7 @@ no_upcast = make("no_upcast", upcast=False)
 rejects_causal_with_mask = make("rejects_causal_with_mask", causal_with_mask="reject")
 ignores_causal_with_mask = make("ignores_causal_with_mask", causal_with_mask="ignore")
 nan_some_rows = make("nan_some_rows", bool_fill="nan-head1")
+decode_drops_causal = make("decode_drops_causal", decode_drops_causal=True)
 
 # name -> (the --declare discovery must print, the start of the finding it must report, or None)
 EXPECTED: dict[str, tuple[dict[str, str], str | None]] = {
@@ -121,6 +125,7 @@ EXPECTED: dict[str, tuple[dict[str, str], str | None]] = {
     "rejects_causal_with_mask": ({"causal_with_mask": "false"}, None),
     "ignores_causal_with_mask": ({}, "ignores is_causal when a mask is given"),
     "nan_some_rows": ({}, "boolean all-blocked rows are filled in more than one way"),
+    "decode_drops_causal": ({}, "the causal alignment differs between shapes"),
 }
 
 

@@ -153,21 +153,23 @@ def discover(
     pinned = dict(pinned or {})
     reference = adapter.declaration
     p = Probing(adapter, reference.replace(**pinned), pinned, witness.DEFAULT_TIMEOUT if timeout is None else timeout)
+    probes = (
+        *discovery_probes.CAPABILITIES,
+        *discovery_conventions.CONVENTIONS,
+        discovery_blocked.all_blocked,
+        discovery_precision.float64_computed_as,
+        discovery_precision.upcast,
+        *discovery_probes.LIMITS,
+    )
     try:
-        if discovery_probes.dtypes(p):
-            probes = (
-                *discovery_probes.CAPABILITIES,
-                *discovery_conventions.CONVENTIONS,
-                discovery_blocked.all_blocked,
-                discovery_precision.float64_computed_as,
-                discovery_precision.upcast,
-                *discovery_probes.LIMITS,
-            )
-            for probe in probes:
-                try:
-                    probe(p)
-                except Exception as exc:  # noqa: BLE001 - a probe's own bug must not hide the others
-                    p.finding(f"probe {probe.__name__} could not finish: {type(exc).__name__}: {exc}")
+        for probe in (discovery_probes.dtypes, *probes):
+            try:
+                if probe(p) is False:  # no dtype ran: nothing else can be probed
+                    break
+            except Exception as exc:  # noqa: BLE001 - a probe's own bug must not hide the others
+                p.finding(f"probe {probe.__name__} could not finish: {type(exc).__name__}: {exc}")
+                if probe is discovery_probes.dtypes:
+                    break
     finally:
         adapter.declaration = reference
     name = str(getattr(adapter, "name", spec))
