@@ -130,8 +130,8 @@ def _deviations_and_expectations(a: dict) -> list[str]:
     if devs:
         parts.append("<h2>Declared deviations from the spec</h2>")
         parts.append(
-            "<p class='muted'>Declared, and tested as declared; each departs from a rule the spec states, so the "
-            "verdict is conformance <i>as declared</i>, not to the spec.</p>"
+            "<p class='muted'>Declared, and tested as declared; each departs from a rule the spec states, so a run "
+            "that passes conforms <i>as declared</i>, not to the spec.</p>"
         )
         rows = [[d["field"], d["value"], d["what"], d["citation"]] for d in devs]
         parts.append(table(["field", "value", "what the kernel does", "departs from"], rows))

@@ -174,8 +174,8 @@ def deviation_lines(deviations: list[dict]) -> list[str]:
         return []
     out = [
         "## Declared deviations from the spec\n",
-        "The kernel declares these conventions and every clause tested them as declared; each departs from "
-        "a rule the spec states, so the verdict is conformance *as declared*, not to the spec.\n",
+        "The kernel declares these conventions and the clauses test them as declared; each departs from "
+        "a rule the spec states, so a run that passes conforms *as declared*, not to the spec.\n",
         "| field | value | what the kernel does | departs from |\n|---|---|---|---|",
     ]
     for d in deviations:
