@@ -24,6 +24,7 @@ FLOAT16_MAX = 65504.0
 LARGE_SCORE = 64.0  # |scale * QK^T| past this: exp() of the raw scores overflows float32 without the max subtracted
 _EXACT_WORK = 4_000_000  # multiply-adds up to which QK^T is computed exactly; larger cases: first 64 query rows
 BACKWARD_CALLS = frozenset({"vjp"})
+LOW_PRECISION = frozenset({"float16", "bfloat16"})
 
 
 def call_feature(what: str) -> str:
@@ -46,7 +47,17 @@ def _raw_scores_max(case: Case) -> float:
     return float(np.max(np.abs(q @ np.swapaxes(k, -1, -2))))
 
 
-def _mask_features(case: Case) -> list[str]:
+def _form(shape: tuple[int, ...], case: Case) -> str:
+    """The broadcast form of a mask ("[B,1,T,S]"; "1" for an axis of size 1), named for any shape."""
+    named = form_of(shape, case)
+    if named is not None:
+        return named
+    full = (case.B, case.Hq, case.T, case.S)[-len(shape) :]
+    return "[" + ",".join("1" if n == 1 else "BHTS"[4 - len(shape) + i] if n == f else str(n)
+                          for i, (n, f) in enumerate(zip(shape, full))) + "]"  # fmt: skip
+
+
+def _mask_features(case: Case, alignment: str) -> list[str]:
     mask = None if case.mask is None else np.asarray(case.mask)
     bias = None if case.bias is None else np.asarray(case.bias)
     out = []
@@ -55,21 +66,30 @@ def _mask_features(case: Case) -> list[str]:
     for kind, arr in (("bool", mask), ("float", bias)):
         if arr is None:
             continue
-        form = form_of(arr.shape, case)
-        out.append(f"{kind} mask {form or 'shape ' + 'x'.join(map(str, arr.shape))}")
-        full_row = arr.size and arr.shape[-1] == case.S
-        if kind == "bool" and full_row and arr.all(axis=-1).any():
-            out.append("row blocked entirely: bool")
-        if kind == "float":
-            neg = np.isneginf(arr)
-            if full_row and neg.all(axis=-1).any():
-                out.append("row blocked entirely: float -inf")
-            elif neg.any():
-                out.append("float mask with -inf entries")
+        out.append(f"{kind} mask {_form(arr.shape, case)}")
+        if kind == "float" and np.isneginf(arr).any():
+            out.append("float mask with -inf entries")
             finite = arr[np.isfinite(arr)]
             if finite.size and float(np.max(np.abs(finite))) >= 1e4:
                 out.append("float mask with |M| >= 1e4")
-    return out
+    return out + _blocked_rows(case, mask, bias, alignment)
+
+
+def _blocked_rows(case: Case, mask, bias, alignment: str) -> list[str]:
+    """Rows with every key blocked, by the union of the masks and causal (in the declared alignment),
+    named by the policy that decides their fill (``Declaration.all_blocked_policy``)."""
+    blocked = np.zeros((case.T, case.S), dtype=bool)
+    if case.is_causal:
+        blocked = ~np.tri(case.T, case.S, case.S - case.T if alignment == "bottom-right" else 0, dtype=bool)
+    if mask is not None:
+        blocked = blocked | mask
+    if bias is not None:
+        blocked = blocked | np.isneginf(bias)
+    if not (blocked.size and blocked.all(axis=-1).any()):
+        return []
+    if bias is not None and mask is None:
+        return ["row blocked entirely", "row blocked entirely: float -inf"]
+    return ["row blocked entirely", f"row blocked entirely: {'bool' if mask is not None else 'causal'}"]
 
 
 def _causal_features(case: Case, folded: bool) -> list[str]:
@@ -109,11 +129,13 @@ def _magnitude_features(case: Case) -> list[str]:
     return out
 
 
-def features(case: Case, what: str = "forward", folded: bool = False) -> list[str]:
+def features(case: Case, what: str = "forward", folded: bool = False, alignment: str = "top-left") -> list[str]:
     """Every feature of one call on ``case``; ``what`` is the guarded call, ``folded`` whether the
-    adapter folded ``is_causal`` into the mask for it."""
+    adapter folded ``is_causal`` into the mask for it, ``alignment`` the declared causal alignment."""
     feats = [f"dtype={case.dtype}", call_feature(what)]
-    feats += _mask_features(case)
+    if case.dtype in LOW_PRECISION:
+        feats.append("dtype float16 or bfloat16")
+    feats += _mask_features(case, alignment)
     feats += _causal_features(case, folded)
     if case.T == 1:
         feats.append("decode T = 1")
@@ -130,11 +152,11 @@ def features(case: Case, what: str = "forward", folded: bool = False) -> list[st
     return feats
 
 
-def key(case: Case, what: str = "forward", folded: bool = False) -> str | None:
+def key(case: Case, what: str = "forward", folded: bool = False, alignment: str = "top-left") -> str | None:
     """The features of one call as one string (a Counter key that survives JSON); None for a case
     the vocabulary cannot read (a bad-input clause's malformed arrays)."""
     try:
-        return JOIN.join(features(case, what, folded))
+        return JOIN.join(features(case, what, folded, alignment))
     except Exception:  # noqa: BLE001 - a malformed case has no features; the call is still checked
         return None
 

@@ -183,7 +183,7 @@ class GuardedAdapter:
         self.cases_run += 1
         self.cells.update(space_cells.cells_of(case))
         folded = causes_features.folded_by(self.adapter, self.declaration, case, refusals)
-        feats = causes_features.key(case, what, folded)
+        feats = causes_features.key(case, what, folded, self.declaration.causal_alignment)
         self.recent_calls[-1] = (case, what, feats, result)
         if feats is not None:
             self.case_features[feats] += 1

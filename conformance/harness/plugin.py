@@ -203,7 +203,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         return rep
     if rep.when == "call" or (rep.when == "setup" and rep.outcome != "passed"):
         expected = expectations_plugin.apply(item, rep, info.id)  # an expected failure, or a stale expectation
-        _state(item.config).results.append(runstate.clause_result(item, rep, info, expected).as_dict())
+        _state(item.config).results.append(runstate.clause_result(item, rep, info, expected, call.excinfo).as_dict())
     if rep.failed and call.excinfo is not None and item.config.getoption("tbstyle") != "long":
         compact = failures.compact_failure(call.excinfo.value)
         if compact is not None:
@@ -263,3 +263,6 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     failed = sorted({(r["impl"], r["clause"]) for r in state.results if r["outcome"] == "failed"})
     if failed:
         tr.write_line("failed clauses: " + ", ".join(f"{c} [{i}]" for i, c in failed))
+    from conformance.harness import causes
+
+    causes.write_summary(tr, state.results)

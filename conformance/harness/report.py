@@ -13,16 +13,33 @@ from conformance.contract import Case
 
 
 class ClauseViolation(AssertionError):
-    """A kernel did not do what a clause requires. ``case`` is the input that shows it."""
+    """A kernel did not do what a clause requires. ``case`` is the input that shows it.
+
+    ``measure`` holds the numbers of the mismatch report the message carries (``mismatch_report``):
+    part of what ``harness.causes`` groups failures by. None for a violation that is not a numeric
+    comparison.
+    """
 
     def __init__(self, message: str, case: Case | None = None):
         self.case = case
+        self.measure = _claim_measure(str(message))
         text = message if case is None else f"{message}\n  case: {case.describe()}"
         super().__init__(text)
 
 
 class AdapterError(ClauseViolation):
     """The adapter misbehaved (raised, hung, returned garbage, touched its inputs)."""
+
+
+# The last mismatch report's (first line, numbers): a violation whose message carries that report
+# claims them, so every clause that raises with a report gets its numbers without passing them.
+_LAST: list[tuple[str, dict]] = []
+
+
+def _claim_measure(message: str) -> dict | None:
+    if _LAST and _LAST[0][0] in message:
+        return _LAST.pop()[1]
+    return None
 
 
 def fail(message: str, case: Case | None = None) -> None:
@@ -87,4 +104,19 @@ def mismatch_report(
     if n_nan:
         lines.append(f"  {n_nan} NaN where a number was expected")
     lines.append(f"  rule: {rule}")
+    scale = float(np.mean(np.abs(e[np.isfinite(e)]))) if np.isfinite(e).any() else 0.0
+    at = max(abs(float(e[worst])), scale) if np.isfinite(e[worst]) else scale
+    measure = {
+        "what": what,
+        "bad": n_bad,
+        "size": int(e.size),
+        "nan": n_nan,
+        "err": float(err[worst]),
+        "expected": float(e[worst]),
+        "got": float(a[worst]),
+        "allowed": float(allowed[worst]),
+        "rel_err": float(err[worst]) / at if at > 0 else None,
+        "max_abs_err": float(err[worst_abs]),
+    }
+    _LAST[:] = [(lines[0], measure)]
     return "\n".join(lines)

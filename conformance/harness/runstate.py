@@ -127,10 +127,13 @@ def verdicts(config: pytest.Config) -> dict[str, Any]:
     return state.verdicts
 
 
-def clause_result(item: pytest.Item, rep: pytest.TestReport, info: Any, expected: tuple[str, str] | None = None) -> Any:
+def clause_result(
+    item: pytest.Item, rep: pytest.TestReport, info: Any, expected: tuple[str, str] | None = None, excinfo: Any = None
+) -> Any:
     """The verdict's record of one clause test: its outcome, and the cases it covered.
 
-    ``expected``: (outcome, reason) when an expectations file decided the outcome (harness.expectations)."""
+    ``expected``: (outcome, reason) when an expectations file decided the outcome (harness.expectations);
+    ``excinfo``: the failure pytest saw, for its likely cause (harness.causes)."""
     from conformance.harness import verdict
 
     callspec = getattr(item, "callspec", None)
@@ -152,6 +155,9 @@ def clause_result(item: pytest.Item, rep: pytest.TestReport, info: Any, expected
         hyp = getattr(obj, "_hypothesis_internal_use_settings", None)
         if hyp is not None and getattr(obj, "is_hypothesis_test", False):
             counts.update(examples_run=impl.examples_run, examples_planned=hyp.max_examples)
+        from conformance.harness import causes
+
+        counts.update(causes.record_fields(impl, outcome, excinfo))
     return verdict.ClauseResult(
         clause=info.id,
         impl=str(params.get("impl")),

@@ -70,7 +70,8 @@ class ClauseResult:
     ``cases_run`` counts kernel calls that returned; ``cases_declared_na`` the generated cases the
     declaration ruled out; ``cases_refused`` the cases the kernel refused although its declaration
     covers them. For property-based clauses ``examples_planned`` is hypothesis' ``max_examples``
-    and ``examples_run`` the examples that actually reached the kernel.
+    and ``examples_run`` the examples that actually reached the kernel. ``case_features`` and
+    ``failure`` are what ``harness.causes`` groups failures by (JSON-sized; None when not recorded).
     """
 
     clause: str
@@ -85,6 +86,8 @@ class ClauseResult:
     cases_refused: int = 0
     examples_run: int | None = None
     examples_planned: int | None = None
+    case_features: dict[str, int] | None = None  # passed: feature key -> cases run (harness.causes_features)
+    failure: dict | None = None  # failed: the failing case's features, call, error, matches (harness.causes)
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -1,0 +1,253 @@
+"""Likely causes: the failures of one adapter grouped by the smallest feature sets that explain them.
+
+Fifty failing clauses often have one cause (a softmax run in float32 for float64 inputs); a reader
+should not have to find it in fifty tracebacks. Every clause test records what it needs (the
+``case_features`` of the cases that reached the kernel when it passed; its ``failure`` when it
+failed: the failing case's features, the guarded call, the measured error and the conventions
+under which the kernel's output would have been right, ``harness.causes_conventions``), and at the
+end of the run :func:`likely_causes` sets the failing cases' features against the passing ones'.
+
+A feature set F *explains* a failure when the failing case has every feature of F and F is absent
+or rare (at most :data:`RARE` of the cases) among the cases that passed *the same clause* in other
+dtypes; a clause that failed in every dtype is compared with every passing case of the adapter.
+Greedy set cover then picks, again and again, the F of size 1 to 3 that explains the most failures
+not yet explained (ties: fewer features, then the rarer among all passing cases), so the root
+cause comes first. Each cause
+carries its clause and case counts, the measured error in units of the relevant precision and the
+``--declare`` the failing outputs match, if most of them match one. Cheap: bit matrices in NumPy,
+pairs and triples only over the features most frequent among the failures.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from conformance.harness import causes_features as cf
+
+RARE = 0.1  # a feature set shared by more than this share of the reference passing cases explains nothing
+MAX_SIZE = 3
+_PAIR_POOL = 16  # features (most frequent among failures) combined into pairs
+_TRIPLE_POOL = 10  # ... and into triples
+FAILING = ("failed", "expected failure")
+
+
+# -- recording: one clause test ---------------------------------------------------------------------
+def _violation(exc: BaseException | None) -> BaseException | None:
+    """The exception that carries the case: a group's first member that has one (hypothesis reports
+    several distinct failures as a group; the shrunk example's exception is the one pytest sees)."""
+    if isinstance(exc, BaseExceptionGroup):
+        members = [_violation(e) for e in exc.exceptions]
+        return next((e for e in members if getattr(e, "case", None) is not None), members[0] if members else None)
+    return exc
+
+
+def _output_of(what: str, result: Any) -> np.ndarray | None:
+    if what == "vjp" or result is None:
+        return None
+    return result[0] if isinstance(result, tuple) else result
+
+
+def _json_number(x: Any) -> Any:
+    if isinstance(x, float) and not np.isfinite(x):
+        return str(x)
+    return x
+
+
+def failure_record(impl: Any, exc: BaseException | None) -> dict:
+    """What a failing clause test tells about its cause (JSON-sized): the failing case's features,
+    the call, the measured error and the matching conventions."""
+    from conformance.harness import causes_conventions as conv
+
+    exc = _violation(exc)
+    case = getattr(exc, "case", None)
+    recent = list(getattr(impl, "recent_calls", ()))
+    entry = next((e for e in reversed(recent) if case is not None and e[0] is case), recent[-1] if recent else None)
+    call = entry[1] if entry else "forward"
+    if case is None and entry is not None:
+        case = entry[0]
+    feats = entry[2] if entry and entry[0] is case and entry[2] else None
+    if feats is None and case is not None:
+        feats = cf.key(case, call, alignment=impl.declaration.causal_alignment)
+    measure = getattr(exc, "measure", None)
+    matches: list[str] = []
+    checked = False
+    out = _output_of(call, entry[3]) if entry else None
+    decl = impl.declaration
+    if out is not None:
+        try:
+            matches = conv.matching_conventions(entry[0], out, decl)
+            checked = True
+            if measure is None:
+                measure = conv.output_measure(entry[0], out, decl)
+        except Exception:  # noqa: BLE001 - a cause we cannot measure still has its features
+            pass
+    return {
+        "features": feats,
+        "call": call,
+        "error": type(exc).__name__ if exc is not None else None,
+        "dtype": getattr(case, "dtype", None),
+        "measure": {k: _json_number(v) for k, v in measure.items()} if measure else None,
+        "matches": matches,
+        "checked": checked,
+    }
+
+
+def record_fields(impl: Any, outcome: str, excinfo: Any = None) -> dict:
+    """The ``case_features`` / ``failure`` fields of a ClauseResult (``runstate.clause_result``)."""
+    if impl is None or not hasattr(impl, "case_features"):
+        return {}
+    if outcome == "passed":
+        return {"case_features": cf.cap(impl.case_features.items())}
+    if outcome in FAILING and excinfo is not None:
+        return {"failure": failure_record(impl, getattr(excinfo, "value", None))}
+    return {}
+
+
+# -- analysis: one adapter ----------------------------------------------------------------------------
+class _Population:
+    """Passing cases as a bit matrix (distinct feature keys x features) with their counts."""
+
+    def __init__(self, counter: Counter, index: dict[str, int]):
+        keys = list(counter)
+        self.matrix = np.zeros((len(keys), len(index)), dtype=bool)
+        for row, k in enumerate(keys):
+            for f in cf.split(k):
+                if f in index:
+                    self.matrix[row, index[f]] = True
+        self.counts = np.array([counter[k] for k in keys], dtype=np.int64)
+        self.total = int(self.counts.sum())
+        self._memo: dict[tuple[int, ...], int] = {}
+
+    def with_all(self, fset: tuple[int, ...]) -> int:
+        """How many passing cases have every feature of ``fset``."""
+        if fset not in self._memo:
+            hit = self.matrix[:, list(fset)].all(axis=1) if self.total else np.zeros(0, bool)
+            self._memo[fset] = int(self.counts[hit].sum())
+        return self._memo[fset]
+
+    def rare(self, fset: tuple[int, ...]) -> bool:
+        return self.total == 0 or self.with_all(fset) <= RARE * self.total
+
+
+def _references(rows: list[dict]) -> tuple[dict[str, Counter], Counter]:
+    per_clause: dict[str, Counter] = {}
+    every: Counter = Counter()
+    for r in rows:
+        feats = r.get("case_features") or {}
+        if r["outcome"] != "passed" or not feats:
+            continue
+        per_clause.setdefault(r["clause"], Counter()).update(feats)
+        every.update(feats)
+    return per_clause, every
+
+
+def _candidates(fails: list[frozenset[int]]) -> list[tuple[int, ...]]:
+    freq = Counter(f for fs in fails for f in fs)
+    ranked = [f for f, _ in freq.most_common()]
+    cands = [(f,) for f in ranked]
+    for size, pool in ((2, _PAIR_POOL), (3, _TRIPLE_POOL)):
+        if size <= MAX_SIZE:
+            cands += [tuple(sorted(c)) for c in itertools.combinations(ranked[:pool], size)]
+    return cands
+
+
+def likely_causes(rows: list[dict]) -> dict:
+    """The causes of one adapter's failures, root cause first (see the module docstring).
+
+    ``rows`` are the adapter's ClauseResult dicts. Returns {"failures": n, "causes": [...],
+    "unexplained": [...]}; each cause: features, clause_tests (one failing case each), clauses,
+    errors, declare (see :func:`_describe`)."""
+    failing = [r for r in rows if r["outcome"] in FAILING]
+    if not failing:
+        return {"failures": 0, "causes": [], "unexplained": []}
+    with_case = [r for r in failing if (r.get("failure") or {}).get("features")]
+    names = sorted({f for r in with_case for f in cf.split(r["failure"]["features"])})
+    index = {f: i for i, f in enumerate(names)}
+    per_clause, every = _references(rows)
+    pops: dict[str, _Population] = {}
+
+    def population(name: str, counter: Counter) -> _Population:
+        if name not in pops:
+            pops[name] = _Population(counter, index)
+        return pops[name]
+
+    refs, sets = [], []
+    for r in with_case:
+        sets.append(frozenset(index[f] for f in cf.split(r["failure"]["features"])))
+        own = per_clause.get(r["clause"])
+        refs.append(population("clause " + r["clause"], own) if own else population("every", every))
+    overall = population("every", every)
+    explains: dict[tuple[int, ...], set[int]] = {}
+    for cand in _candidates(sets):
+        hit = {i for i, (s, ref) in enumerate(zip(sets, refs)) if set(cand) <= s and ref.rare(cand)}
+        if hit:
+            explains[cand] = hit
+    uncovered = set(range(len(with_case)))
+    causes = []
+    while uncovered and explains:
+        best = max(explains, key=lambda c: (len(explains[c] & uncovered), -len(c), -overall.with_all(c), c))
+        newly = explains.pop(best) & uncovered
+        if not newly:
+            break
+        uncovered -= newly
+        causes.append(_describe([names[i] for i in best], [with_case[i] for i in sorted(newly)], overall, best))
+    unexplained = [r for i, r in enumerate(with_case) if i in uncovered] + [r for r in failing if r not in with_case]
+    return {
+        "failures": len(failing),
+        "causes": causes,
+        "unexplained": sorted(f"{r['clause']}[{r['dtype']}]" for r in unexplained),
+    }
+
+
+def _describe(features: list[str], rows: list[dict], overall: _Population, fset: tuple[int, ...]) -> dict:
+    from conformance.harness.causes_text import errors_summary, suggestion
+
+    declare, matched, checked = suggestion(rows, features)
+    return {
+        "features": features,
+        "clause_tests": len(rows),
+        "clauses": len({r["clause"] for r in rows}),
+        "clause_ids": sorted({r["clause"] for r in rows}),
+        "dtypes": sorted({str(r["failure"].get("dtype") or r["dtype"]) for r in rows}),
+        "calls": dict(Counter(r["failure"]["call"] for r in rows)),
+        "passing_cases_with_it": overall.with_all(fset),
+        "passing_cases": overall.total,
+        "errors": errors_summary(rows),
+        "declare": declare,
+        "declare_matched": matched,
+        "declare_checked": checked,
+    }
+
+
+# -- the run: every adapter ---------------------------------------------------------------------------
+_CACHE: dict[str, Any] = {}
+
+
+def by_adapter(results: list[dict]) -> dict[str, dict]:
+    """spec -> :func:`likely_causes` for every adapter of the run with failures (computed once per
+    state of ``results``: the summary and the certificate both ask)."""
+    key = (id(results), len(results))
+    if _CACHE.get("key") != key:
+        rows: dict[str, list[dict]] = {}
+        for r in results:
+            rows.setdefault(str(r["impl"]), []).append(r)
+        found = {spec: likely_causes(rs) for spec, rs in rows.items()}
+        _CACHE.update(key=key, found={s: f for s, f in found.items() if f["failures"]})
+    return _CACHE["found"]
+
+
+def write_summary(tr: Any, results: list[dict]) -> None:
+    """The summary's ``likely causes`` section (nothing when no adapter failed)."""
+    from conformance.harness.causes_text import summary_lines
+
+    found = by_adapter(results)
+    if not found:
+        return
+    tr.write_line("likely causes (failing cases' features absent or rare in the passing ones; root cause first):")
+    for spec, f in found.items():
+        for line in summary_lines(spec, f):
+            tr.write_line(f"  {line}")
