@@ -211,8 +211,15 @@ def build(config: pytest.Config) -> dict:
         entry["perf"] = perf.certificate_section(config, spec)  # issue 11: perf data and error ratios
         entry["space_coverage"] = space_coverage.table(space_coverage.counts(config).get(spec, {}), impl.declaration)
         entry["discovery"] = state.discovered.get(spec)  # --discover: what was measured, and the findings
+        entry["likely_causes"] = _likely_causes(state.results, spec)  # issue 18: failures grouped by cause
         doc["adapters"][spec] = entry
     return doc
+
+
+def _likely_causes(results: list[dict], spec: str) -> dict:
+    from conformance.harness import causes
+
+    return causes.by_adapter(results).get(spec) or {"failures": 0, "causes": [], "unexplained": []}
 
 
 def write(config: pytest.Config, path: Path) -> tuple[Path, ...]:

@@ -36,6 +36,8 @@ def _esc(s: Any) -> str:
 
 def render_markdown(doc: dict) -> str:
     """The certificate ``doc`` (``certificate.build``) for people: one section per adapter."""
+    from conformance.harness import causes_text
+
     out = []
     for spec, a in doc["adapters"].items():
         out.append(f"# SDPA conformance certificate: `{spec}`\n")
@@ -77,6 +79,7 @@ def render_markdown(doc: dict) -> str:
         out.append("\n## Clauses\n\n| clause | result | detail | what it checks |\n|---|---|---|---|")
         for cid, cl in a["clauses"].items():
             out.append(f"| {cid} | {outcome_cell(cl['outcome'])} | {_esc(cl['detail'])} | {_esc(cl['title'])} |")
+        out += causes_text.markdown(a.get("likely_causes"))  # issue 18: failures grouped by cause
         if a.get("space_coverage"):
             out += space_coverage.render_markdown(a["space_coverage"])
         out.append("\n## Error against the float64 oracle, per dtype\n")
