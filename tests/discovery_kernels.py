@@ -26,6 +26,11 @@ class Knobs:
     upcast: bool = True  # float16 / bfloat16 converted to float32 before QK^T
     causal_with_mask: str = "apply"  # or "reject" (raise ValueError) or "ignore" (drop is_causal)
     decode_drops_causal: bool = False  # is_causal ignored when T == 1 (as HF's sdpa_attention_forward does)
+    own_error: bool = False  # invalid shapes rejected with the library's own class (as ORT's InvalidArgument)
+
+
+class InvalidArgument(Exception):
+    """A library's own rejection class, derived from none of ValueError, RuntimeError, TypeError."""
 
 
 def _fill(p, dead, how: str, S: int):
@@ -51,6 +56,8 @@ def attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_
             raise ValueError("this kernel does not take is_causal together with attn_mask")
         if knobs.causal_with_mask == "ignore":
             is_causal = False  # assumes the mask already holds the causal part
+    if knobs.own_error and (query.ndim != 4 or query.shape[-1] != key.shape[-1]):
+        raise InvalidArgument(f"query {tuple(query.shape)} and key {tuple(key.shape)} do not make an attention")
     dtype = query.dtype
     T, S, D = query.shape[-2], key.shape[-2], query.shape[-1]
     if knobs.decode_drops_causal and T == 1:
@@ -112,6 +119,7 @@ rejects_causal_with_mask = make("rejects_causal_with_mask", causal_with_mask="re
 ignores_causal_with_mask = make("ignores_causal_with_mask", causal_with_mask="ignore")
 nan_some_rows = make("nan_some_rows", bool_fill="nan-head1")
 decode_drops_causal = make("decode_drops_causal", decode_drops_causal=True)
+own_error = make("own_error", own_error=True)
 
 # name -> (the --declare discovery must print, the start of the finding it must report, or None)
 EXPECTED: dict[str, tuple[dict[str, str], str | None]] = {
@@ -126,6 +134,7 @@ EXPECTED: dict[str, tuple[dict[str, str], str | None]] = {
     "ignores_causal_with_mask": ({}, "ignores is_causal when a mask is given"),
     "nan_some_rows": ({}, "boolean all-blocked rows are filled in more than one way"),
     "decode_drops_causal": ({}, "the causal alignment differs between shapes"),
+    "own_error": ({"rejects_with": "InvalidArgument,RuntimeError,TypeError,ValueError"}, None),
 }
 
 

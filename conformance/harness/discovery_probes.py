@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.contract import DTYPES, Case, Declaration, dtype_name, np_dtype
+from conformance.contract import DTYPES, Case, dtype_name, np_dtype
 from conformance.harness import discovery_witness as w
 from conformance.harness.cases import random_case
 from conformance.harness.discovery import Probing
@@ -160,7 +160,13 @@ CAPABILITIES = (grad, dropout, gqa, custom_scale)
 
 
 # -- limits -------------------------------------------------------------------------------------
+# Crashes, not rejections (an index out of range in an adapter's lowering): never proposed for rejects_with.
+CRASHES = frozenset({"LookupError", "AttributeError", "ArithmeticError", "AssertionError", "NameError", "MemoryError"})
+
+
 def rejects_with(p: Probing) -> None:
+    """The classes raised on two clearly invalid inputs; classes the declaration does not name yet are
+    added, unless they are crashes (CRASHES), which the evidence names and the declaration does not."""
     if p.pinned_here("rejects_with"):
         return
     c = base(p, 6)
@@ -170,21 +176,22 @@ def rejects_with(p: Probing) -> None:
     }
     notes, new = [], set()
     for what, case in bad.items():
-        o = w.call(lambda case=case: p.adapter.forward(case), p.timeout)
+        with w.declared(p.adapter, p.decl):
+            o = w.call(lambda case=case: p.adapter.forward(case), p.timeout)
         if o.ok:
             notes.append(f"{what}: accepted")
             continue
         notes.append(f"{what}: {o.error}")
-        if o.exc_names and not documented_names(o.exc_names, p.decl):
+        if not o.exc_names or set(o.exc_names) & set(p.decl.rejects_with):
+            continue
+        if set(o.exc_names) & CRASHES:
+            notes[-1] += " (a crash, not a rejection: not proposed)"
+        else:
             new.add(o.exc_class)
     if new:
         p.record("rejects_with", frozenset(p.decl.rejects_with | new), "; ".join(notes))
     else:
         p.keep("rejects_with", "; ".join(notes))
-
-
-def documented_names(names: tuple[str, ...], decl: Declaration) -> bool:
-    return bool(set(names) & set(decl.rejects_with)) and "NotApplicable" not in names
 
 
 def max_head_dim(p: Probing) -> None:
