@@ -154,7 +154,10 @@ class Verdict:
         if self.clauses_failed:
             lines.append("failed: " + ", ".join(self.clauses_failed))
         if self.clauses_stale:
-            lines.append("stale expectations (the clause passes now): " + "; ".join(sorted(self.clauses_stale)))
+            lines.append(
+                "stale expectations (the clause passes now: remove its entry from the expectations file): "
+                + ", ".join(sorted(self.clauses_stale))
+            )
         if self.clauses_expected:
             shown = "; ".join(f"{c} [{why}]" for c, why in sorted(self.clauses_expected.items()))
             lines.append(f"expected failures (listed in the expectations file): {shown}")
