@@ -127,14 +127,16 @@ def _check_rows(impl: GuardedAdapter, direction: str) -> None:
     defaults = covering.plan(impl.declaration, _t()).defaults
 
     def show(r: dict[str, str]) -> str:
-        return ", ".join(f"{p.name}={r[p.name]}" for p in PARAMETERS if r[p.name] != defaults[p.name]) or "all defaults"
+        return (
+            "; ".join(f"{p.name}: {r[p.name]}" for p in PARAMETERS if r[p.name] != defaults[p.name]) or "all defaults"
+        )
 
     raise ClauseViolation(
         f"{len(failed)} of {len(rows)} {direction} rows of the {_t()}-way covering array fail "
         f"(rows {', '.join(str(j) for j, _, _ in failed[:12])}{' ...' if len(failed) > 12 else ''}); row {i} "
         f"shrunk to the fewest non-default value classes that still fail:\n  {show(shrunk)}\n"
         f"  (the row as planned: {show(row)}; every other class at its default: "
-        f"{', '.join(f'{k}={v}' for k, v in defaults.items())})\n"
+        f"{'; '.join(f'{k}: {v}' for k, v in defaults.items())})\n"
         f"  {last}"
     )
 

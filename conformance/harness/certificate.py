@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from conformance.harness import coverage as space_coverage
-from conformance.harness import expectations_plugin, perf
+from conformance.harness import expectations_plugin, pair_coverage, perf
 from conformance.harness.certificate_markdown import render_markdown
 from conformance.harness.clause import CLAUSES, info_of
 
@@ -210,6 +210,7 @@ def build(config: pytest.Config) -> dict:
         )
         entry["perf"] = perf.certificate_section(config, spec)  # issue 11: perf data and error ratios
         entry["space_coverage"] = space_coverage.table(space_coverage.counts(config).get(spec, {}), impl.declaration)
+        entry["pair_coverage"] = pair_coverage.table(pair_coverage.records(config).get(spec, []), impl.declaration)
         entry["discovery"] = state.discovered.get(spec)  # --discover: what was measured, and the findings
         entry["likely_causes"] = _likely_causes(state.results, spec)  # issue 18: failures grouped by cause
         doc["adapters"][spec] = entry

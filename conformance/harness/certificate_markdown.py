@@ -10,7 +10,7 @@ from typing import Any
 
 from conformance.contract import DTYPES
 from conformance.harness import coverage as space_coverage
-from conformance.harness import discovery_run
+from conformance.harness import discovery_run, pair_coverage
 
 # -- one certificate ----------------------------------------------------------------------------------
 OUTCOME_CELL: dict[str, str] = {
@@ -82,6 +82,8 @@ def render_markdown(doc: dict) -> str:
         out += causes_text.markdown(a.get("likely_causes"))  # issue 18: failures grouped by cause
         if a.get("space_coverage"):
             out += space_coverage.render_markdown(a["space_coverage"])
+        if a.get("pair_coverage"):
+            out += pair_coverage.render_markdown(a["pair_coverage"])
         out.append("\n## Error against the float64 oracle, per dtype\n")
         out.append(f"Source: {a['error_stats_source']}.\n")
         if a["error_stats"]:

@@ -26,13 +26,13 @@ from conformance.harness.pairs_cases import row_reasons
 from conformance.harness.pairs_space import CONSTRAINTS, DEFAULTS, PARAMETERS, violated
 
 ORDER = {p.name: i for i, p in enumerate(PARAMETERS)}
-JOIN = " \u00d7 "  # " × " between the values of a tuple
+JOIN = " \u00d7 "  # " × " between the values of a tuple, each "parameter: value"
 Tuple = tuple[tuple[str, str], ...]  # ((parameter, value), ...) in table order
 
 
 def name(tup: Tuple) -> str:
-    """``"heads=8:1 × mask form=[B,1,T,S]"``: the tuple as the summary and the certificate show it."""
-    return JOIN.join(f"{p}={v}" for p, v in tup)
+    """``"heads: 8:1 × mask form: [B,1,T,S]"``: the tuple as the summary and the certificate show it."""
+    return JOIN.join(f"{p}: {v}" for p, v in tup)
 
 
 def tuples_of(row: dict[str, str], t: int) -> list[Tuple]:
@@ -105,8 +105,13 @@ def _admit(decl: Declaration, start: dict[str, str], t: int, defaults: dict[str,
             for v in p.values[1:]:
                 if not row_reasons(decl, {**defaults, **start, p.name: v.name}, t, defaults):
                     return None
-    row, why = _complete(decl, start, t, defaults)
-    return None if row is not None else "; ".join(why or ["no admitted row found"])
+    row, deepest = _complete(decl, start, t, defaults)
+    if row is not None:
+        return None
+    first = row_reasons(decl, {**defaults, **start}, t, defaults)
+    if deepest and deepest != first:  # the defaults' conflict, and what stopped every other completion
+        return "; ".join(first) + "; and with other values: " + "; ".join(deepest)
+    return "; ".join(first or ["no admitted row found"])
 
 
 @functools.lru_cache(maxsize=64)
@@ -123,10 +128,14 @@ def plan(decl: Declaration, t: int = 2) -> Plan:
                 out.excluded_values[(p.name, v.name)] = why
             else:
                 values[p.name].append(v.name)
+    lower: dict[Tuple, str] = {}  # for t = 3: the excluded pairs (a triple holding one is excluded too)
+    if t > 2:
+        lower = plan(decl, t - 1).excluded
     for params in itertools.combinations([p.name for p in PARAMETERS], t):
         for combo in itertools.product(*(values[p] for p in params)):
             tup = tuple(zip(params, combo))
-            why = _admit(decl, dict(tup), t, defaults)
+            why = next((lower[sub] for sub in itertools.combinations(tup, t - 1) if sub in lower), None)
+            why = why or _admit(decl, dict(tup), t, defaults)
             if why:
                 out.excluded[tup] = why
             else:
@@ -153,14 +162,16 @@ def _grow(decl, row, values, uncovered, t, defaults) -> dict[str, str] | None:
         if p.name in row:
             continue
         assigned = sorted(row.items(), key=lambda kv: ORDER[kv[0]])
+        groups = [
+            (others, sum(ORDER[q] < ORDER[p.name] for q, _ in others))
+            for others in itertools.combinations(assigned, t - 1)
+        ]
         best, best_gain = None, -1
         for v in values[p.name]:
             if row_reasons(decl, {**row, p.name: v}, t, defaults):
                 continue
-            gain = 0
-            for others in itertools.combinations(assigned, t - 1):
-                tup = tuple(sorted((*others, (p.name, v)), key=lambda kv: ORDER[kv[0]]))
-                gain += tup in uncovered
+            item = ((p.name, v),)
+            gain = sum((others[:k] + item + others[k:]) in uncovered for others, k in groups)
             if gain > best_gain:
                 best, best_gain = v, gain
         if best is None:

@@ -104,7 +104,7 @@ def table(recs: list[dict[str, str]], decl: Declaration, ts: tuple[int, ...] | N
             "cases": len(recs),
             "not_reached": missing,
             "excluded": {covering.name(tup): why for tup, why in plan.excluded.items()},
-            "excluded_values": {f"{p}={v}": why for (p, v), why in plan.excluded_values.items()},
+            "excluded_values": {f"{p}: {v}": why for (p, v), why in plan.excluded_values.items()},
         }
     return out
 
@@ -122,9 +122,9 @@ def line(t: str, rec: dict[str, Any], shown: int = 4) -> str:
 
 
 def excluded_line(rec: dict[str, Any]) -> str:
-    """The excluded values and tuples, counted by reason (the certificate lists each)."""
-    reasons = Counter(rec["excluded"].values())
-    parts = [f"{k}={why}" if len(why) < 60 else k for k, why in rec["excluded_values"].items()]
+    """The excluded values, and the excluded tuples counted by their first reason (the certificate lists each)."""
+    reasons = Counter(why.split("; ")[0] for why in rec["excluded"].values())
+    parts = [f"{k} ({why.split('; ')[0][:70]})" for k, why in rec["excluded_values"].items()]
     parts += [f"{n} x {why}" for why, n in reasons.most_common()]
     return "excluded: " + "; ".join(parts) if parts else "excluded: none"
 

@@ -142,7 +142,8 @@ def _bias(r: dict[str, str], shape: tuple[int, ...], seed: int) -> np.ndarray:
         b.reshape(-1, shape[-1])[-1] = LARGE_NEGATIVE
     elif kind == "-inf on some keys":
         b[rng.random(shape) < 0.3] = -np.inf
-        b[..., 0] = np.where(np.isneginf(b[..., 0]), 0.0, b[..., 0])
+        for key in (0, -1):  # key 0 and the last key stay finite: a leading tile of blocked keys leaves the last
+            b[..., key] = np.where(np.isneginf(b[..., key]), 0.0, b[..., key])
     elif kind == "-inf on whole rows":
         b.reshape(-1, shape[-1])[-1] = -np.inf
     return b
@@ -201,7 +202,7 @@ def build(row: dict[str, str], decl: Declaration, seed: int) -> tuple[Case, np.n
     mask = None if form == "none" else _mask(r, drawn_arrays.form_shape(form, B, Hq, T, S), seed)
     bias = None if r["additive M"] == "none" else _bias(r, (B, Hq, T, S), seed)
     q, k, v = _layout(r, q, k, v)
-    label = "covering row: " + ", ".join(f"{p.name}={r[p.name]}" for p in PARAMETERS if r[p.name] != p.default)
+    label = "covering row: " + "; ".join(f"{p.name}: {r[p.name]}" for p in PARAMETERS if r[p.name] != p.default)
     case = Case(
         q,
         k,
