@@ -11,8 +11,9 @@ A feature set F *explains* a failure when the failing case has every feature of 
 or rare (at most :data:`RARE` of the cases) among the cases that passed *the same clause* in other
 dtypes; a clause that failed in every dtype is compared with every passing case of the adapter.
 Greedy set cover then picks, again and again, the F of size 1 to 3 that explains the most failures
-not yet explained (ties: fewer features, then the rarer among all passing cases), so the root
-cause comes first. Each cause
+not yet explained (ties: fewer features, then more of its failing outputs matching a convention
+about its features, then a feature that names a known mechanism such as float16 overflow, then the
+rarer among all passing cases), so the root cause comes first. Each cause
 carries its clause and case counts, the measured error in units of the relevant precision and the
 ``--declare`` the failing outputs match, if most of them match one. Cheap: bit matrices in NumPy,
 pairs and triples only over the features most frequent among the failures.
@@ -188,8 +189,26 @@ def likely_causes(rows: list[dict]) -> dict:
             explains[cand] = hit
     uncovered = set(range(len(with_case)))
     causes = []
+    from conformance.harness.causes_text import about, names_a_mechanism
+
+    def confirmed(c: tuple[int, ...]) -> int:
+        """Failures in ``c``'s reach whose output matches a convention about ``c``'s features."""
+        feats = [names[i] for i in c]
+        hits = explains[c] & uncovered
+        return sum(1 for i in hits if any(about(m, feats) for m in with_case[i]["failure"].get("matches") or ()))
+
     while uncovered and explains:
-        best = max(explains, key=lambda c: (len(explains[c] & uncovered), -len(c), -overall.with_all(c), c))
+        best = min(
+            explains,
+            key=lambda c: (
+                -len(explains[c] & uncovered),
+                len(c),
+                -confirmed(c),
+                -names_a_mechanism([names[i] for i in c]),
+                overall.with_all(c),
+                c,
+            ),
+        )
         newly = explains.pop(best) & uncovered
         if not newly:
             break

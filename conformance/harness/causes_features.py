@@ -88,15 +88,14 @@ def _blocked_rows(case: Case, mask, bias, alignment: str) -> list[str]:
     if not (blocked.size and blocked.all(axis=-1).any()):
         return []
     if bias is not None and mask is None:
-        return ["row blocked entirely", "row blocked entirely: float -inf"]
-    return ["row blocked entirely", f"row blocked entirely: {'bool' if mask is not None else 'causal'}"]
+        return ["row blocked entirely: float -inf"]
+    return [f"row blocked entirely: {'bool' if mask is not None else 'causal'}"]
 
 
 def _causal_features(case: Case, folded: bool) -> list[str]:
     if not case.is_causal:
         return []
-    rel = "T < S" if case.T < case.S else ("T == S" if case.T == case.S else "T > S")
-    out = [f"causal, {rel}"] + ["causal, T != S"] * (case.T != case.S)
+    out = ["causal"] + ["causal, T != S"] * (case.T != case.S)
     if case.mask is not None or case.bias is not None:
         out.append("causal + mask")
     if folded:
@@ -136,6 +135,7 @@ def features(case: Case, what: str = "forward", folded: bool = False, alignment:
     if case.dtype in LOW_PRECISION:
         feats.append("dtype float16 or bfloat16")
     feats += _mask_features(case, alignment)
+    feats.append("T < S" if case.T < case.S else ("T == S" if case.T == case.S else "T > S"))
     feats += _causal_features(case, folded)
     if case.T == 1:
         feats.append("decode T = 1")

@@ -46,16 +46,24 @@ _ABOUT = {
 }
 
 
-def _about(match: str, features: list[str]) -> bool:
+def about(match: str, features: list[str]) -> bool:
+    """Whether the convention ``match`` (a ``--declare`` or a finding) is about one of ``features``."""
     prefixes = _ABOUT.get(match.split("=")[0], ())
     return any(f.startswith(prefixes) for f in features) if prefixes else False
+
+
+def names_a_mechanism(features: list[str]) -> int:
+    """How specifically a feature of the set names a known way kernels fail: 0 for none, higher for
+    an earlier (more specific) entry of :data:`_FEATURE_HINTS`."""
+    order = list(_FEATURE_HINTS)
+    return max((len(order) - order.index(f) for f in features if f in _FEATURE_HINTS), default=0)
 
 
 def suggestion(rows: list[dict], features: list[str]) -> tuple[str | None, int, int]:
     """(convention, failing outputs that match it, outputs it could be checked on): the convention
     about ``features`` that most of the checked failing outputs match, or (None, 0, checked)."""
     checked = sum(1 for r in rows if r["failure"].get("checked"))
-    votes = Counter(m for r in rows for m in (r["failure"].get("matches") or []) if _about(m, features))
+    votes = Counter(m for r in rows for m in (r["failure"].get("matches") or []) if about(m, features))
     if not votes:
         return None, 0, checked
     best, n = max(votes.items(), key=lambda kv: (kv[1], "=" in kv[0]))
@@ -165,12 +173,15 @@ def markdown(found: dict | None) -> list[str]:
     """The certificate's ``Likely causes`` section for one adapter."""
     if not found or not found.get("failures"):
         return []
-    out = ["## Likely causes\n", f"{found['failures']} failing clause tests, grouped by the smallest feature "
-           "sets present in the failing cases and absent or rare in the passing ones (root cause first).\n"]
+    out = [
+        "## Likely causes\n",
+        f"{found['failures']} failing clause tests, grouped by the smallest feature "
+        "sets present in the failing cases and absent or rare in the passing ones (root cause first).\n",
+    ]
     for n, cause in enumerate(found["causes"], 1):
         first, *rest = cause_lines(n, cause)
         head = f"{n}. {' + '.join(cause['features'])}"
-        out.append(f"{n}. **{head[len(str(n)) + 2:]}**{first[len(head):]}")
+        out.append(f"{n}. **{head[len(str(n)) + 2 :]}**{first[len(head) :]}")
         out += [f"   - {ln.strip()}" for ln in rest]
     if found["unexplained"]:
         out.append(f"\nNot explained by a feature set: {', '.join(found['unexplained'])}")

@@ -1,0 +1,134 @@
+"""``likely causes`` (harness.causes): the set cover on synthetic records, and on kernels with one
+injected cause each (tests/cause_kernels.py) the root cause named first, with its ``--declare``
+where the cause is a convention, in the summary and in the certificate alike."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conformance.harness import causes, causes_text
+from conformance.harness import causes_features as cf
+from conformance.harness.verdict import ClauseResult
+from tests import cause_kernels  # noqa: F401 - loaded with torch before pytester snapshots sys.modules
+
+# (the snapshot would otherwise unload torch after the first in-process run; torch cannot be imported twice)
+
+pytest_plugins = ["pytester"]
+pytestmark = pytest.mark.usefixtures("restore_hypothesis_profile")
+
+CLAUSES = Path(__file__).resolve().parents[1] / "conformance" / "clauses"
+
+
+def _key(*feats: str) -> str:
+    return cf.JOIN.join(feats)
+
+
+def _passed(clause: str, dtype: str, *feats: str, n: int = 3) -> dict:
+    return ClauseResult(clause, "k", dtype, "passed", case_features={_key(f"dtype={dtype}", *feats): n}).as_dict()
+
+
+def _failed(clause: str, dtype: str, *feats: str, matches=(), rel=None) -> dict:
+    measure = {"err": 1.0, "allowed": 1e-3, "rel_err": rel, "nan": 0} if rel is not None else None
+    failure = {"features": _key(f"dtype={dtype}", *feats), "call": "forward", "dtype": dtype,
+               "measure": measure, "matches": list(matches), "checked": True}  # fmt: skip
+    return ClauseResult(clause, "k", dtype, "failed", failure=failure).as_dict()
+
+
+def test_one_dtype_failing_everywhere_is_one_cause():
+    rows = []
+    for c in "ABCDE":
+        rows += [_passed(c, d, "forward (forward)", "bool mask") for d in ("float32", "float16")]
+        rows.append(_failed(c, "float64", "forward (forward)", "bool mask", matches=["float64_computed_as=float32"],
+                            rel=2.0**-23))  # fmt: skip
+    found = causes.likely_causes(rows)
+    assert found["failures"] == 5 and not found["unexplained"]
+    first = found["causes"][0]
+    assert first["features"] == ["dtype=float64"] and first["clauses"] == 5
+    assert first["declare"] == "float64_computed_as=float32" and first["declare_matched"] == 5
+    assert "2 float32 u" in causes_text.summary_lines("k", found)[2]  # 2^-23 relative = 2 float32 unit roundoffs
+
+
+def test_greedy_order_and_the_second_cause():
+    rows = [_passed("P", "float32", "causal", "T == S", n=50)]
+    rows += [_passed(c, "float32", "no mask") for c in "ABCDEF"]
+    rows += [_failed(c, "float64", "no mask") for c in "ABCDEF"]
+    rows += [_failed(c, "float32", "causal", "T < S", "causal, T != S") for c in "XY"]
+    rows.append(_failed("Z", "float32", "causal", "T > S", "causal, T != S"))
+    found = causes.likely_causes(rows)
+    assert [c["features"] for c in found["causes"]] == [["dtype=float64"], ["causal, T != S"]]
+    assert [c["clause_tests"] for c in found["causes"]] == [6, 3]
+
+
+def test_ties_go_to_fewer_features_and_common_features_explain_nothing():
+    rows = [_passed("P", "float32", "B > 1", n=100)]
+    rows += [_failed(c, "float32", "B > 1", "bool mask", "row blocked entirely: bool") for c in "AB"]
+    found = causes.likely_causes(rows)
+    first = found["causes"][0]
+    assert first["features"] == ["row blocked entirely: bool"]  # a tie goes to the feature naming a mechanism
+    assert all("B > 1" not in c["features"] for c in found["causes"])  # in every passing case: explains nothing
+
+
+def test_a_convention_is_suggested_only_for_the_features_it_is_about():
+    rows = [_passed("P", "float32", "no mask", n=20)]
+    rows += [_failed(c, "float32", "large |scores| (>= 64)", matches=["mask_sense=attend"]) for c in "AB"]
+    (cause,) = causes.likely_causes(rows)["causes"]
+    assert cause["features"] == ["large |scores| (>= 64)"] and cause["declare"] is None
+
+
+def test_a_failure_without_a_case_is_listed_unexplained():
+    rows = [_passed("A", "float32", "no mask"), ClauseResult("B", "k", "float32", "failed").as_dict()]
+    found = causes.likely_causes(rows)
+    assert found["causes"] == [] and found["unexplained"] == ["B[float32]"]
+
+
+def test_records_survive_json():
+    row = _failed("A", "float64", "no mask", matches=["float64_computed_as=float32"], rel=1e-7)
+    back = ClauseResult.from_dict(json.loads(json.dumps(row)))
+    assert back.failure == row["failure"]
+
+
+# -- kernels with one injected cause each ----------------------------------------------------------
+INJECTED = [
+    ("float64_as_float32", ["test_masks.py"], "dtype=float64", "float64_computed_as=float32"),
+    ("bottom_right_causal", ["test_causal.py", "test_masks.py"], "causal, T != S", "causal_alignment=bottom-right"),
+    ("mean_v_rows", ["test_masks.py"], "row blocked entirely: bool", "all_blocked=mean-v"),
+    ("finite_fill", ["test_masks.py"], "row blocked entirely: bool", "finite fill"),
+    ("no_upcast", ["test_precision.py", "test_masks.py"], "|QK^T| > 65504 (float16 max)", None),
+]
+
+
+@pytest.mark.parametrize("kernel,modules,feature,declare", INJECTED, ids=[k for k, *_ in INJECTED])
+def test_root_cause_first(pytester, tmp_path, kernel, modules, feature, declare):
+    cert = tmp_path / "cert.json"
+    spec = f"tests.cause_kernels:{kernel}"
+    args = [str(CLAUSES / m) for m in modules]
+    result = pytester.runpytest_inprocess(
+        *args, f"--impl={spec}", "--declare=dropout=false", "--allow-partial", f"--certificate={cert}",
+        "-p", "no:cacheprovider", "-q",
+    )  # fmt: skip
+    out = result.stdout.str()
+    assert result.ret == 1, out
+    found = json.loads(cert.read_text())["adapters"][spec]["likely_causes"]
+    first = found["causes"][0]
+    assert feature in first["features"] and first["declare"] == declare, json.dumps(found, indent=1)
+    lines = out.splitlines()
+    head = lines.index(next(ln for ln in lines if ln.startswith("likely causes")))
+    assert lines[head + 2].strip().startswith(f"1. {' + '.join(first['features'])}:"), out
+    if declare and "=" in declare:
+        assert f"--declare {declare}" in "\n".join(lines[head + 2 : head + 6]), out
+    assert "## Likely causes" in cert.with_suffix(".md").read_text()
+
+
+def test_reference_kernel_has_no_likely_causes(pytester, tmp_path):
+    cert = tmp_path / "cert.json"
+    spec = "tests.cause_kernels:reference"
+    result = pytester.runpytest_inprocess(
+        str(CLAUSES / "test_masks.py"), f"--impl={spec}", "--declare=dropout=false", "--allow-partial",
+        f"--certificate={cert}", "-p", "no:cacheprovider", "-q",
+    )  # fmt: skip
+    assert result.ret == 0, result.stdout.str()
+    assert "likely causes" not in result.stdout.str()
+    assert json.loads(cert.read_text())["adapters"][spec]["likely_causes"]["failures"] == 0
