@@ -17,10 +17,16 @@ from conformance.harness.discovery_witness import DEFAULT_TIMEOUT
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m conformance.discover", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m conformance.discover",
+        description=__doc__.replace("``", ""),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--impl", required=True, metavar="SPEC", help="the kernel, as for pytest --impl")
-    parser.add_argument("--signature", choices=list(signatures.SIGNATURES), default=signatures.DEFAULT)
-    parser.add_argument("--declare", action="append", default=[], metavar="KEY=VALUE", help="pin a field")
+    parser.add_argument(
+        "--signature", choices=list(signatures.SIGNATURES), default=signatures.DEFAULT, help="as for pytest"
+    )
+    parser.add_argument("--declare", action="append", default=[], metavar="KEY=VALUE", help="pin a field (not probed)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per probe call")
     args = parser.parse_args(argv)
     try:
