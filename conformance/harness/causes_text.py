@@ -32,6 +32,10 @@ _FEATURE_HINTS = {
     "row blocked entirely: float -inf": "the fill of rows of -inf in a float mask?",
     "causal, T != S": "causal alignment when T != S?",
     "backward (vjp)": "the backward pass?",
+    "dtype=float64": "float64 computed in a lower precision (000 §8 keeps float64)?",
+    "dtype=float16": "float16 computed in float16: QK^T or the softmax not upcast to float32 (000 §8)?",
+    "dtype=bfloat16": "bfloat16 computed in bfloat16: QK^T or the softmax not upcast to float32 (000 §8)?",
+    "dtype float16 or bfloat16": "low precision computed in the input dtype: not upcast to float32 (000 §8)?",
 }
 
 
