@@ -83,7 +83,7 @@ def likely_cause_lines(value: Any) -> tuple[str, ...]:
     lines = []
     for n, cause in enumerate(value.get("causes") or [], 1):
         try:
-            lines.append(" ".join(ln.strip() for ln in describe(n, cause)) if describe else _record_text(cause))
+            lines.append("; ".join(ln.strip() for ln in describe(n, cause)) if describe else _record_text(cause))
         except (KeyError, TypeError, AttributeError):
             lines.append(_record_text(cause))
     if value.get("unexplained"):

@@ -26,6 +26,7 @@ details pre { max-height: 220px; overflow: auto; margin: 4px 0; }
 td code.cmd { display: block; white-space: pre-wrap; word-break: break-all; background: #f7f7f7; padding: 2px; }
 blockquote { margin: 4px 0 4px 8px; color: #444; }
 .libs { font-weight: normal; font-size: 11px; color: #555; }
+ul.causes { list-style: none; padding-left: 2px; margin: 0; } ul.causes li { margin-bottom: 4px; }
 """
 
 
@@ -53,10 +54,11 @@ def _verdicts(matrix: Matrix) -> str:
     for col in matrix.columns:
         notes = "".join(f"<br><span class='muted' title='{esc(long)}'>{esc(short)}</span>" for short, long in col.notes)
         causes = "".join(f"<li>{esc(c)}</li>" for c in col.likely_causes)
+        causes = f"<ul class='causes'>{causes}</ul>" if causes else "-"
         rows.append(
             f"<tr><td><b>{esc(col.label)}</b></td><td>{esc(libraries(col))}</td><td>{esc(col.device)}</td>"
             f"<td>{badge(col.verdict)} {esc(col.summary)}{notes}</td>"
-            f"<td>{f'<ul>{causes}</ul>' if causes else '-'}</td></tr>"
+            f"<td>{causes}</td></tr>"
         )
     rows.append("</table>")
     if matrix.unavailable:

@@ -72,7 +72,7 @@ def render(matrix: Matrix, command_line: str = "") -> str:
     out.append("## Verdicts\n")
     out.append("| adapter | library | device | verdict | coverage | likely causes |\n|---|---|---|---|---|---|")
     for col in matrix.columns:
-        causes = "<br>".join(text(c) for c in col.likely_causes[:3]) or "-"
+        causes = "<br>".join(text(c, 400) for c in col.likely_causes[:3]) or "-"
         notes = "".join(f"<br>{text(short)}" for short, _ in col.notes)
         out.append(
             f"| {text(col.label)} | {text(libraries(col))} | {text(col.device)} | **{text(col.verdict)}**{notes} | "
