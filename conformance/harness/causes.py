@@ -104,7 +104,10 @@ def record_fields(impl: Any, outcome: str, excinfo: Any = None) -> dict:
     if outcome == "passed":
         return {"case_features": cf.cap(impl.case_features.items())}
     if outcome in FAILING and excinfo is not None:
-        return {"failure": failure_record(impl, getattr(excinfo, "value", None))}
+        try:
+            return {"failure": failure_record(impl, getattr(excinfo, "value", None))}
+        except Exception as exc:  # noqa: BLE001 - the record is informative; the run must go on
+            return {"failure": {"features": None, "call": None, "note": f"not recorded: {type(exc).__name__}: {exc}"}}
     return {}
 
 
