@@ -123,3 +123,11 @@ def test_a_failing_row_shrinks_to_its_two_features():
     shrunk = verdict.split("still fail:\n  ")[1].splitlines()[0]
     names = [part.split(":")[0] for part in shrunk.split("; ")]
     assert "scale" in names and "mask form" in names and len(names) <= 3, shrunk
+
+
+def test_docs_case_space_lists_every_value_class():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "case-space.md").read_text()
+    missing = [f"{p.name}: {v.name}" for p in PARAMETERS for v in p.values if v.name not in text]
+    assert not missing, f"docs/case-space.md does not list: {missing}"

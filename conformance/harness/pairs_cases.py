@@ -39,6 +39,8 @@ SCALE = {"default": None, "custom": 0.3, "negative": -0.5, "zero": 0.0}
 DROPOUT_P = 0.5
 # B * Hq * T * S * (Dk + Dv) of a row: the oracle's and the kernel's work; t = 2 fits every pair under it.
 BUDGET = {2: 3_000_000, 3: 20_000_000}
+# B * Hq * T * S: what the masks, M, the softmax and the oracle's cache keys (a hash of every input) scale with.
+SCORES = {2: 200_000, 3: 1_000_000}
 
 
 def sizes(row: dict[str, str]) -> dict[str, int]:
@@ -117,9 +119,12 @@ def _row_reasons(decl: Declaration, items: tuple, t: int, defaults: tuple) -> tu
             f"declaration defines (all_blocked={decl.all_blocked}, "
             f"all_blocked_float_mask={decl.all_blocked_float_mask})"
         )
-    work = z["B"] * z["Hq"] * z["T"] * z["S"] * (z["Dk"] + z["Dv"])
+    scores = z["B"] * z["Hq"] * z["T"] * z["S"]
+    work = scores * (z["Dk"] + z["Dv"])
     if work > BUDGET[t]:
         reasons.append(f"cost: B*H*T*S*(Dk+Dv) = {work:,} above this profile's row budget {BUDGET[t]:,}")
+    if scores > SCORES[t]:
+        reasons.append(f"cost: B*H*T*S = {scores:,} scores above this profile's row budget {SCORES[t]:,}")
     return tuple(reasons)
 
 
