@@ -251,30 +251,40 @@ def _python_pytest(command: str) -> list[str]:
 
 def test_the_command_certifies_writes_both_files_and_its_cells_reproduce(tmp_path):
     out = tmp_path / "m"
+    wrong = "tests.mutants:MaskAfterSoftmax"  # fails the worked example
     proc = subprocess.run(
-        [sys.executable, "-m", "conformance.matrix", "--out", str(out), "--impl", "numpy", "--impl",
-         "torch-sdpa-cuda", "--pytest-arg=-k", "--pytest-arg=test_worked_example", "--pytest-arg=--allow-partial"],
+        [sys.executable, "-m", "conformance.matrix", "--out", str(out), "--impl", "numpy", "--impl", wrong,
+         "--impl", "torch-sdpa-cuda", "--pytest-arg=-k", "--pytest-arg=test_worked_example",
+         "--pytest-arg=--allow-partial"],
         cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert (out / "certs" / "numpy.json").is_file() and (out / "matrix.html").is_file()
     md = (out / "matrix.md").read_text()
-    assert "| numpy | numpy " in md and "**PARTIAL**" in md
+    assert "| numpy | numpy " in md and "**PARTIAL**" in md and "**DOES NOT CONFORM**" in md
     assert "torch-sdpa-cuda (" in md  # unavailable here: listed with its reason, no column
-    doc = json.loads((out / "certs" / "numpy.json").read_text())
-    assert doc["adapters"]["numpy"]["environment"]["kernel_libraries"] == {"numpy": importlib.metadata.version("numpy")}
-    m = build_matrix([("numpy.json", doc)])
+    docs = [(p.name, json.loads(p.read_text())) for p in sorted((out / "certs").glob("*.json"))]
+    numpy_doc = dict(docs)["numpy.json"]
+    assert numpy_doc["adapters"]["numpy"]["environment"]["kernel_libraries"] == {
+        "numpy": importlib.metadata.version("numpy")
+    }
+    m = build_matrix(docs)
+    assert [c.spec for c in m.columns] == ["numpy", wrong]
     row = {r.clause: r for r in m.rows}["WORKED-EXAMPLE-01"]
-    (cell,) = row.cells
+    good, bad = row.cells
+    assert (good.word, bad.word) == ("pass", "fail") and bad.message
     page = (out / "matrix.html").read_text()
-    assert cell.word == "pass" and html.escape(cell.command) in page
+    assert html.escape(good.command) in page and html.escape(bad.command) in page
     parser = _Tags()
     parser.feed(page)
     assert not {"script", "link", "img"} & {t for t, _ in parser.tags}
     assert not any("src" in a or "href" in a for _, a in parser.tags) and "http" not in page
-    rerun = subprocess.run(_python_pytest(cell.command), cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert re.search(r"\b4 passed\b", rerun.stdout) and "failed" not in rerun.stdout.split("summary")[-1], rerun.stdout
-    assert "numpy: PARTIAL: 1/" in rerun.stdout  # exactly that clause ran, on that adapter
+    # each cell's command reruns exactly that clause on that adapter, with the cell's outcome
+    for cell, spec, outcome in ((good, "numpy", "PARTIAL"), (bad, wrong, "DOES NOT CONFORM")):
+        rerun = subprocess.run(_python_pytest(cell.command), cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert f"{spec}: {outcome}: " in rerun.stdout, rerun.stdout
+        assert re.search(r"\b4 passed\b" if cell is good else r"\b4 failed\b", rerun.stdout), rerun.stdout
+        assert "clauses passed" in rerun.stdout and ("1 failed" in rerun.stdout) == (cell is bad)
 
 
 def test_kernel_libraries_name_the_kernels_own_library_not_the_contracts():
