@@ -110,10 +110,11 @@ def table(recs: list[dict[str, str]], decl: Declaration, ts: tuple[int, ...] | N
 
 
 def line(t: str, rec: dict[str, Any], shown: int = 4) -> str:
-    """``2-way: 1 757 / 1 757 admitted pairs reached (71 rows; 14 pairs and 1 value excluded)``."""
+    """``2-way: 1 754 / 1 754 admitted pairs reached (72 rows; 17 pairs and 1 value excluded, with reasons)``."""
     what = {"2": "pairs", "3": "triples"}.get(t, f"{t}-tuples")
     text = f"{t}-way: {_n(rec['reached'])} / {_n(rec['admitted'])} admitted {what} reached ({rec['rows']} rows"
-    text += f"; {_n(len(rec['excluded']))} {what} and {len(rec['excluded_values'])} values excluded, with reasons)"
+    nv = len(rec["excluded_values"])
+    text += f"; {_n(len(rec['excluded']))} {what} and {nv} value{'s' * (nv != 1)} excluded, with reasons)"
     if rec["not_reached"]:
         text += "; not reached: " + "; ".join(rec["not_reached"][:shown])
         if len(rec["not_reached"]) > shown:
