@@ -1,0 +1,37 @@
+"""Issue 18's acceptance line: on keras's NumPy backend, wrapped as a plain SDPA-signature function
+(tests/cause_kernels_keras.py), the first ``likely causes`` line names float64, with the
+``--declare`` that describes it. Skipped where keras (or its NumPy backend) is not installed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["pytester"]
+pytestmark = pytest.mark.usefixtures("restore_hypothesis_profile")
+
+kernels = pytest.importorskip("tests.cause_kernels_keras")  # loaded before pytester snapshots sys.modules
+if kernels.UNAVAILABLE:
+    pytest.skip(kernels.UNAVAILABLE, allow_module_level=True)
+
+CLAUSES = Path(__file__).resolve().parents[1] / "conformance" / "clauses"
+
+
+def test_keras_numpy_first_cause_is_float64(pytester, tmp_path):
+    cert = tmp_path / "cert.json"
+    spec = "tests.cause_kernels_keras:keras_sdpa"
+    modules = [str(CLAUSES / m) for m in ("test_masks.py", "test_causal.py", "test_precision.py")]
+    result = pytester.runpytest_inprocess(
+        *modules, f"--impl={spec}", "--declare=grad=false", "--declare=dropout=false", "--declare=gqa=false",
+        "--allow-partial", f"--certificate={cert}", "-p", "no:cacheprovider", "-q",
+    )  # fmt: skip
+    out = result.stdout.str()
+    assert result.ret == 1, out
+    first = json.loads(cert.read_text())["adapters"][spec]["likely_causes"]["causes"][0]
+    assert first["features"] == ["dtype=float64"] and first["declare"] == "float64_computed_as=float32", first
+    lines = out.splitlines()
+    head = lines.index(next(ln for ln in lines if ln.startswith("likely causes")))
+    assert lines[head + 2].strip().startswith("1. dtype=float64:"), out
+    assert "--declare float64_computed_as=float32" in lines[head + 4], out
