@@ -26,4 +26,9 @@ BUILTINS: dict[str, str] = {
     "jax-cudnn": "implementations.jax_attention:cudnn",
     "onnxruntime": "implementations.onnxruntime_attention:onnxruntime_cpu",
     "keras-numpy": "implementations.keras_numpy:keras_numpy",
+    "keras-jax": "implementations.keras_jax:keras_jax",
+    "keras-torch": "implementations.keras_torch:keras_torch",
+    "hf-eager": "implementations.hf_eager:hf_eager",
+    "hf-sdpa": "implementations.hf_sdpa:hf_sdpa",
+    "mlx": "implementations.mlx_attention:mlx_cpu",
 }

@@ -34,6 +34,11 @@ ADAPTERS = [
     ("jax_attention", "cudnn", "jax-cudnn", "jax"),
     ("onnxruntime_attention", "onnxruntime_cpu", "onnxruntime", "onnxruntime"),
     ("keras_numpy", "keras_numpy", "keras-numpy", "keras"),
+    ("keras_jax", "keras_jax", "keras-jax", "keras"),
+    ("keras_torch", "keras_torch", "keras-torch", "keras"),
+    ("hf_eager", "hf_eager", "hf-eager", "transformers"),
+    ("hf_sdpa", "hf_sdpa", "hf-sdpa", "transformers"),
+    ("mlx_attention", "mlx_cpu", "mlx", "mlx"),
 ]
 
 # Allowed |measured - reference| <= ATOL + RTOL * |reference|, per working dtype. Generous enough
@@ -257,7 +262,9 @@ def test_dk_ne_dv(adapter):
     dtype = working_dtype(adapter)
     case = make_case(dtype, T=16, S=16, Dk=32, Dv=64)
     if adapter.declaration.requires_dk_eq_dv:
-        with pytest.raises((NotApplicable, ValueError, RuntimeError)):
+        # TypeError: keras's jax backend falls back from jax's ValueError to its own copy, whose final
+        # reshape to the query's shape fails ("cannot reshape array of shape (2, 16, 2, 1, 64)").
+        with pytest.raises((NotApplicable, ValueError, RuntimeError, TypeError)):
             adapter.forward(case)
     else:
         assert_close(adapter.forward(case), reference(case), fwd_tol(adapter, dtype), "Dk != Dv")
@@ -329,18 +336,43 @@ def _check_policy(out: np.ndarray, case: Case, policy: str, tol: float, what: st
     assert_close(others, np.delete(reference(case), 3, axis=2), tol, f"{what}: the other rows")
 
 
+# Libraries whose gradient through a row blocked entirely is not the gradient of their own forward:
+# they block with a finite fill ADDED to the scores, so the row's output is a constant (the mean of
+# V) while autograd still passes dS to dq and dk (and torch's backward, recomputing the weights from
+# the row's lse in float32, gives each key weight 1 instead of 1/S: dv). A real deviation, no declaration (their
+# expectations files list it); pinned both ways here, so a release that fixes it fails this test.
+BLOCKED_ROW_GRAD_DEVIATES = {"keras-torch": "dq dk dv", "hf-eager": "dq dk"}
+
+
+# Libraries whose boolean-mask fill of a row blocked entirely depends on the dtype, which no declaration
+# says (their expectations files list the dtype): hf-eager's finfo(float64).min becomes -inf in its
+# float32 softmax, so float64 rows are NaN while the other dtypes give the declared mean of V.
+BOOL_ROW_POLICY_IN = {"hf-eager": {"float64": "nan"}}
+
+
 def test_all_blocked_rows_bool_mask(adapter):
     requires(adapter, "bool_mask")
     dtype = working_dtype(adapter)
     policy = adapter.declaration.all_blocked
+    for other, fill in BOOL_ROW_POLICY_IN.get(adapter.name, {}).items():  # pinned: a fix fails here
+        odd = _all_blocked_case(adapter, other, "bool")
+        _check_policy(adapter.forward(odd), odd, fill, fwd_tol(adapter, other), f"bool mask in {other}")
+        dtype = "float32" if dtype == other else dtype
     case = _all_blocked_case(adapter, dtype, "bool")
     _check_policy(adapter.forward(case), case, policy, fwd_tol(adapter, dtype), "bool mask")
     if adapter.declaration.grad and policy != "nan":
         g = np.random.default_rng(8).standard_normal(case.out_shape).astype(np_dtype(dtype))
         grads = adapter.vjp(case, g)
+        deviates = BLOCKED_ROW_GRAD_DEVIATES.get(adapter.name, "")
         for name, got, want in zip("qkv", grads, reference_vjp(case, g, all_blocked=policy)):
             assert np.all(np.isfinite(np.asarray(got, dtype=np.float64))), f"d{name} not finite"
-            assert_close(got, want, grad_tol(adapter, dtype), f"d{name} with a fully blocked row")
+            if f"d{name}" in deviates:
+                assert max_err(got, want) > grad_tol(adapter, dtype), (
+                    f"d{name} through a fully blocked row now matches the reference: the library fixed it; "
+                    f"remove {adapter.name} from BLOCKED_ROW_GRAD_DEVIATES and its expectation"
+                )
+            else:
+                assert_close(got, want, grad_tol(adapter, dtype), f"d{name} with a fully blocked row")
 
 
 # How a row made dead by an all -inf FLOAT mask comes out, where it differs from the declared
@@ -375,6 +407,11 @@ def test_causal_alignment(adapter, T, S):
     assert max_err(out, reference(case, other, "zeros")) > 0.1, f"{other} should not match"
 
 
+# Libraries that drop is_causal when a mask comes with it (a real deviation, in their expectations
+# files): transformers' sdpa_attention_forward passes is_causal to torch only without attention_mask.
+CAUSAL_DROPPED_WITH_MASK = {"hf-sdpa"}
+
+
 def test_causal_with_bool_mask_combined(adapter):
     """torch refuses is_causal with attn_mask; its adapter builds one mask in the declared alignment."""
     requires(adapter, "causal", "bool_mask")
@@ -383,6 +420,11 @@ def test_causal_with_bool_mask_combined(adapter):
     mask[:, 1] = True
     case = make_case(dtype, T=4, S=9, Dk=64, is_causal=True, mask=mask, seed=10)
     declared = adapter.declaration.causal_alignment
+    if adapter.name in CAUSAL_DROPPED_WITH_MASK:  # pinned both ways: the mask alone, not the union
+        out = adapter.forward(case)
+        assert_close(out, reference(case.replace(is_causal=False)), fwd_tol(adapter, dtype), "mask alone")
+        assert max_err(out, reference(case, declared)) > 0.1, "is_causal is applied with a mask now"
+        return
     assert_close(adapter.forward(case), reference(case, declared), fwd_tol(adapter, dtype), "causal + mask")
 
 

@@ -1,0 +1,107 @@
+"""What the two Hugging Face adapters share: calling an attention-interface function as Llama does.
+
+transformers' attention functions (``eager_attention_forward`` in transformers.models.llama.
+modeling_llama, ``sdpa_attention_forward`` in transformers.integrations.sdpa_attention) are called
+by ``LlamaAttention.forward`` as ``fn(self, query, key, value, attention_mask, dropout=..., scaling=
+self.scaling)`` with [B, H, T, D] tensors (key and value with the model's kv heads) and return
+(output [B, T, H, D], weights or None). ``self`` is the attention module; the functions read
+``num_key_value_groups``, ``training`` and (sdpa) ``is_causal`` from it, so a small ``nn.Module``
+with exactly those attributes stands in for it (:class:`LlamaLikeModule`). The output is transposed
+back to the contract's [B, H, T, D]. ``dropout`` is passed only for a case that has it, with
+``training=True`` (Llama passes ``0.0`` in eval); torch's generator is seeded from the case before
+every call, so forward and backward draw the same dropout mask.
+
+Each adapter builds the ``attention_mask`` the way transformers builds one for its function
+(hf_eager.py: additive 0 / finfo.min; hf_sdpa.py: boolean, True = attend).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from conformance.contract import Case, Declaration
+from implementations._torch import qkv, to_numpy, to_torch
+
+
+def version() -> str:
+    def v(dist: str) -> str | None:
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+
+    return f"transformers {v('transformers')}, torch {v('torch')}"
+
+
+class LlamaLikeModule(torch.nn.Module):
+    """The attributes of ``LlamaAttention`` that the attention functions read."""
+
+    def __init__(self, num_key_value_groups: int, is_causal: bool, training: bool) -> None:
+        super().__init__()
+        self.num_key_value_groups = num_key_value_groups
+        self.is_causal = is_causal
+        self.train(training)
+
+
+class HFAttention:
+    """One transformers attention-interface function, called as a Llama model calls it."""
+
+    framework = "torch"
+
+    def __init__(
+        self,
+        name: str,
+        declaration: Declaration,
+        load: Callable[[], Callable],
+        attention_mask: Callable[[Case, torch.dtype], torch.Tensor | None],
+    ) -> None:
+        self.name = name
+        self.declaration = declaration
+        self._load = load
+        self._attention_mask = attention_mask
+        self._fn: Callable | None = None
+        self._unavailable: str | None | bool = False
+        self.version = version()
+
+    def __repr__(self) -> str:
+        return f"HFAttention({self.name!r})"
+
+    def unavailable_reason(self) -> str | None:
+        if self._unavailable is False:
+            try:
+                self._fn = self._load()
+                self._unavailable = None
+            except Exception as exc:  # noqa: BLE001 - ImportError or a transformers that moved the function
+                self._unavailable = f"cannot load transformers' attention function: {type(exc).__name__}: {exc}"
+        return self._unavailable  # type: ignore[return-value]
+
+    def _call(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        if self._fn is None:
+            self.unavailable_reason()
+        groups = case.Hq // case.Hkv if case.Hkv and case.Hq % case.Hkv == 0 else 1
+        module = LlamaLikeModule(groups, is_causal=bool(case.is_causal), training=case.dropout_p > 0)
+        scaling = case.effective_scale
+        kwargs = {"dropout": float(case.dropout_p)} if case.dropout_p > 0 else {}
+        torch.manual_seed(case.seed)
+        out, _ = self._fn(module, q, k, v, self._attention_mask(case, q.dtype), scaling=scaling, **kwargs)
+        return out.transpose(1, 2)
+
+    def forward(self, case: Case) -> np.ndarray:
+        with torch.no_grad():
+            return to_numpy(self._call(case, *qkv(case)))
+
+    def vjp(self, case: Case, grad_out: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        q, k, v = qkv(case, requires_grad=True)
+        with torch.enable_grad():
+            out = self._call(case, q, k, v)
+            grads = torch.autograd.grad(out, (q, k, v), grad_outputs=to_torch(grad_out).to(out.dtype))
+        return tuple(to_numpy(g) for g in grads)
+
+
+def bias_tensor(bias: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+    """An additive mask that keeps the suite's bias exact: float64 for float64, else float32."""
+    return torch.from_numpy(np.ascontiguousarray(bias, dtype=np.float64 if dtype == torch.float64 else np.float32))

@@ -1,0 +1,93 @@
+"""transformers' ``eager_attention_forward`` (Llama), called as ``LlamaAttention`` calls it (implementations/_hf.py).
+
+The function has no causal argument and no boolean mask: a model hands it an additive mask built by
+``transformers.masking_utils.eager_mask``, which takes ``sdpa_mask``'s boolean mask (True = attend;
+for causal models ``causal_mask_function``, ``kv_idx <= q_idx``) and turns it into 0 where attended
+and ``torch.finfo(dtype).min`` where not. The adapter builds the mask the same way: the causal part
+from ``masking_utils.sdpa_mask`` (q_offset 0: top-left, as a prefill without cache), AND-ed with the
+case's boolean mask (per head where the case has one: the utilities build [B, 1, T, S] only), then
+0 / finfo(query dtype).min exactly as ``eager_mask`` converts it. A case with an additive bias gets
+the bias (float32, float64 for float64: exact) with its blocked entries at ``-inf`` (declared
+``masks_combined``: such a row follows the ``-inf`` policy).
+
+Measured (transformers 5.24.0, torch 2.13.0+cpu; tests/test_adapter_declarations.py re-measures):
+
+* a row blocked entirely by the boolean mask (finfo.min everywhere) gives the mean of V; a row of
+  ``-inf`` gives NaN (``softmax`` of all ``-inf``);
+* float64: ``softmax(..., dtype=torch.float32)``: float32-level error (declared);
+* GQA through ``repeat_kv`` (h -> h // groups); dropout on the weights (torch's, 1/(1-p));
+* QK^T in the input dtype (no upcast in float16/bfloat16; the softmax is float32).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from conformance.contract import DTYPES, Case, Declaration
+from implementations import _hf
+
+__all__ = ["hf_eager"]
+
+
+def _load():
+    from transformers.models.llama.modeling_llama import eager_attention_forward
+
+    return eager_attention_forward
+
+
+def _attend(case: Case) -> torch.Tensor | None:
+    """True = attend, [.., T, S]: the causal part from transformers' masking utilities, AND the case's mask."""
+    attend = None
+    if case.is_causal:
+        from transformers.masking_utils import sdpa_mask
+
+        attend = sdpa_mask(batch_size=1, q_length=case.T, kv_length=case.S, allow_is_causal_skip=False)
+    if case.mask is not None:
+        visible = torch.from_numpy(~np.asarray(case.mask, dtype=bool))
+        attend = visible if attend is None else (attend & visible)
+    return attend
+
+
+def _attention_mask(case: Case, dtype: torch.dtype) -> torch.Tensor | None:
+    attend = _attend(case)
+    if case.bias is not None:
+        bias = _hf.bias_tensor(case.bias, dtype)
+        return bias if attend is None else torch.where(attend, bias, float("-inf"))
+    if attend is None:
+        return None
+    return torch.where(attend, torch.zeros((), dtype=dtype), torch.finfo(dtype).min)  # masking_utils.eager_mask
+
+
+hf_eager = _hf.HFAttention(
+    "hf-eager",
+    Declaration(
+        dtypes=frozenset(DTYPES),
+        device="cpu",
+        grad=True,
+        dropout=True,
+        gqa=True,
+        bool_mask=True,
+        float_mask=True,
+        causal=True,
+        custom_scale=True,
+        causal_alignment="top-left",
+        all_blocked="mean-v",
+        all_blocked_float_mask="nan",
+        masks_combined=True,
+        float64_computed_as="float32",
+        mask_sense="attend",  # masking_utils' boolean masks, before eager_mask makes them additive
+        deterministic=True,
+        batch_invariant=False,
+        validates_inputs=False,
+        causal_with_mask=False,
+        backend="hf-eager",
+        notes=(
+            "transformers 5.24 eager_attention_forward (Llama) with a Llama-like module; mask 0 / finfo.min as "
+            "masking_utils.eager_mask builds it, causal from masking_utils.sdpa_mask (top-left). Measured: bool rows "
+            "all blocked -> mean of V, -inf rows -> NaN; softmax in float32 (float64 at float32 level); repeat_kv GQA."
+        ),
+    ),
+    _load,
+    _attention_mask,
+)

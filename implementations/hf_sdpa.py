@@ -1,0 +1,74 @@
+"""transformers' ``sdpa_attention_forward``, called as ``LlamaAttention`` calls it (implementations/_hf.py).
+
+A model hands this function the boolean mask ``transformers.masking_utils.sdpa_mask`` builds (True =
+attend, [B, 1, T, S]) or ``None`` when the mask is purely causal (``allow_is_causal_skip``), and the
+module's ``is_causal`` (True in Llama) decides the rest: the function passes ``is_causal`` to torch's
+SDPA only when ``q_length > 1 and attention_mask is None``. The adapter gives it what the case
+says, through those same arguments: ``module.is_causal = case.is_causal``, the case's boolean mask
+as True = attend (its own shape, per head where it has heads), an additive bias as a float mask
+(float32, float64 for float64: exact; with a boolean mask too, the blocked entries at ``-inf``,
+declared ``masks_combined``). So a causal case with a mask, or a causal decode (T = 1), reaches the
+function with ``is_causal`` True and sees what it does with it.
+
+Measured (transformers 5.24.0, torch 2.13.0+cpu; tests/test_adapter_declarations.py re-measures):
+rows all blocked give zeros (torch's SDPA), with a boolean mask or all ``-inf``; causal top-left
+(with T < S the function crops the keys to the first T, equivalent); GQA through ``enable_gqa`` or
+``repeat_kv``; float64 in float64; dropout through torch's SDPA. ``is_causal`` is dropped when an
+``attention_mask`` is given and when T = 1 (see implementations/expectations/hf-sdpa.toml).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from conformance.contract import DTYPES, Case, Declaration
+from implementations import _hf
+
+__all__ = ["hf_sdpa"]
+
+
+def _load():
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    return sdpa_attention_forward
+
+
+def _attention_mask(case: Case, dtype: torch.dtype) -> torch.Tensor | None:
+    attend = None if case.mask is None else torch.from_numpy(np.ascontiguousarray(~np.asarray(case.mask, dtype=bool)))
+    if case.bias is not None:
+        bias = _hf.bias_tensor(case.bias, dtype)
+        return bias if attend is None else torch.where(attend, bias, float("-inf"))
+    return attend
+
+
+hf_sdpa = _hf.HFAttention(
+    "hf-sdpa",
+    Declaration(
+        dtypes=frozenset(DTYPES),
+        device="cpu",
+        grad=True,
+        dropout=True,
+        gqa=True,
+        bool_mask=True,
+        float_mask=True,
+        causal=True,
+        custom_scale=True,
+        causal_alignment="top-left",
+        all_blocked="zeros",
+        masks_combined=True,
+        mask_sense="attend",
+        deterministic=True,
+        batch_invariant=False,
+        validates_inputs=False,
+        causal_with_mask=True,
+        backend="hf-sdpa",
+        notes=(
+            "transformers 5.24 sdpa_attention_forward with a Llama-like module (is_causal from the case), boolean "
+            "mask True = attend as masking_utils.sdpa_mask builds it. Measured: zeros on blocked rows, top-left "
+            "causal, GQA, float64 kept; is_causal dropped with a mask and at T = 1."
+        ),
+    ),
+    _load,
+    _attention_mask,
+)

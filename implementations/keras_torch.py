@@ -1,0 +1,133 @@
+"""keras 3's ``dot_product_attention`` on its torch backend (``keras.src.backend.torch.nn``), CPU.
+
+What a keras user with ``KERAS_BACKEND=torch`` gets: keras casts the inputs, turns a boolean mask
+into an additive one (0 where attended, -0.7 x the dtype's maximum where not; the causal part, when
+``is_causal`` comes with a mask, folded into it top-left), repeats key heads for GQA
+(``repeat_interleave``), and calls ``torch.nn.functional.scaled_dot_product_attention`` with
+``attn_mask`` / ``is_causal`` / ``scale``. The backward is torch autograd through that call.
+
+keras refuses ``bias`` together with ``mask`` ("Only one of `bias` and `mask` can be provided"), so
+a case with both gets them as one additive mask here (blocked -> ``-inf``), declared
+``masks_combined``: such a row then follows the ``-inf`` policy. keras passes ``is_causal`` on to
+torch together with a bias, which torch's math path refuses ("Explicit attn_mask should not be set
+when is_causal=True"; its CPU flash path takes the pair): on that refusal the causal part is folded
+into the bias (top-left, ``-inf``), as keras folds it into a boolean mask, and the refusal recorded. Inputs go through
+implementations/_torch.py (bfloat16 via float32, copies); the layout via implementations/_keras.py.
+
+Measured (keras 3.15.1, torch 2.13.0+cpu; tests/test_adapter_declarations.py re-measures): rows all
+blocked by the boolean mask give the mean of V (keras's finite fill), all ``-inf`` bias rows zeros
+(torch's); is_causal top-left; GQA h -> h // (Hq/Hkv); Dk != Dv runs; float64 cast to float32 by
+keras (not declared). No dropout argument in keras's function.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from conformance.contract import Case, Declaration
+from implementations import _keras
+from implementations._masks import causal_blocked
+
+keras, _nn, _UNAVAILABLE = _keras.load("torch")
+try:
+    import torch
+
+    from implementations._torch import to_numpy, to_torch
+except ImportError:  # pragma: no cover - keras's torch backend imported torch already when it loaded
+    torch = None
+
+__all__ = ["KerasTorch", "keras_torch"]
+
+
+class KerasTorch:
+    """``keras.src.backend.torch.nn.dot_product_attention`` on CPU tensors."""
+
+    framework = "torch"
+
+    def __init__(self, name: str, declaration: Declaration) -> None:
+        self.name = name
+        self.declaration = declaration
+        self.version = f"keras {_keras.version()} (torch backend), torch {getattr(torch, '__version__', None)}"
+        self.combination_refusals: list[str] = []  # torch's refusals of keras's bias + is_causal call
+
+    def __repr__(self) -> str:
+        return f"KerasTorch({self.name!r})"
+
+    def unavailable_reason(self) -> str | None:
+        return _UNAVAILABLE
+
+    def _call(self, case: Case, requires_grad: bool):
+        _keras.check_case(case)
+        layout = (_keras.to_keras_layout(x) for x in (case.query, case.key, case.value))
+        q, k, v = (to_torch(x, requires_grad=requires_grad) for x in layout)
+        mask, bias = _keras.attend(case), _keras.bias_f32(case)
+        if bias is not None and mask is not None:  # keras takes one of the two: one additive mask
+            bias, mask = np.where(mask, bias, -np.inf).astype(np.float32), None
+        is_causal = bool(case.is_causal)
+
+        def call(bias, is_causal):
+            return _nn.dot_product_attention(
+                q,
+                k,
+                v,
+                bias=None if bias is None else torch.from_numpy(bias),
+                mask=None if mask is None else torch.from_numpy(mask),
+                scale=case.scale,
+                is_causal=is_causal,
+            )
+
+        try:
+            out = call(bias, is_causal)
+        except RuntimeError as exc:
+            # keras hands torch a bias together with is_causal, which torch's math path refuses ("Explicit
+            # attn_mask should not be set when is_causal=True"); keras folds causal into a boolean mask
+            # itself, so the causal part is folded into the bias here, as keras does for a mask (top-left).
+            if not (is_causal and bias is not None and "should not be set when is_causal" in str(exc)):
+                raise
+            self.combination_refusals.append(f"{type(exc).__name__}: {exc}")
+            out = call(np.where(causal_blocked(case.T, case.S), -np.inf, bias).astype(np.float32), False)
+        return (q, k, v), out.transpose(1, 2)
+
+    def forward(self, case: Case) -> np.ndarray:
+        with torch.no_grad():
+            _, out = self._call(case, requires_grad=False)
+        return to_numpy(out)
+
+    def vjp(self, case: Case, grad_out: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        with torch.enable_grad():
+            (q, k, v), out = self._call(case, requires_grad=True)
+            g = to_torch(grad_out).to(out.dtype)
+            dq, dk, dv = torch.autograd.grad(out, (q, k, v), grad_outputs=g)
+        return tuple(to_numpy(x.transpose(1, 2)) for x in (dq, dk, dv))
+
+
+keras_torch = KerasTorch(
+    "keras-torch",
+    Declaration(
+        dtypes=_keras.KERAS_DTYPES,
+        device="cpu",
+        grad=True,
+        dropout=False,
+        gqa=True,
+        bool_mask=True,
+        float_mask=True,
+        causal=True,
+        custom_scale=True,
+        causal_alignment="top-left",
+        all_blocked="mean-v",
+        all_blocked_float_mask="zeros",
+        masks_combined=True,
+        mask_sense="attend",
+        deterministic=True,
+        batch_invariant=False,
+        validates_inputs=False,
+        causal_with_mask=True,
+        backend="keras-torch",
+        notes=(
+            "keras 3.15 torch backend dot_product_attention (torch SDPA, CPU). Measured: bool rows all blocked -> "
+            "mean of V (keras's -0.7 x max fill), -inf rows -> zeros (torch's); top-left causal; GQA via "
+            "repeat_interleave; bias + mask handed over as one -inf mask (keras takes one); float64 cast to float32 "
+            "by keras (not declared); no dropout."
+        ),
+    ),
+)
