@@ -132,3 +132,46 @@ def test_reference_kernel_has_no_likely_causes(pytester, tmp_path):
     assert result.ret == 0, result.stdout.str()
     assert "likely causes" not in result.stdout.str()
     assert json.loads(cert.read_text())["adapters"][spec]["likely_causes"]["failures"] == 0
+
+
+# -- the vocabulary -----------------------------------------------------------------------------------
+def test_features_of_causal_rows_and_magnitudes():
+    import numpy as np
+
+    from conformance.harness.cases import random_case
+
+    c = random_case(1, T=4, S=2, is_causal=True)
+    assert {"causal", "causal, T != S", "T > S"} <= set(cf.features(c))
+    assert "row blocked entirely: causal" not in cf.features(c)  # top-left: every row sees key 0
+    assert "row blocked entirely: causal" in cf.features(c, alignment="bottom-right")  # rows 0, 1 see nothing
+    mask = np.zeros((2, 2, 3, 5), dtype=bool)
+    mask[0, 1, 2] = True
+    feats = cf.features(random_case(2, mask=mask))
+    assert {"bool mask", "bool mask [B,H,T,S]", "row blocked entirely: bool"} <= set(feats)
+    small = random_case(3, T=1, S=4, Dk=64, dtype="float16")
+    big = small.replace(query=np.full_like(small.query, 40), key=np.full_like(small.key, 40))  # q.k = 102400
+    assert "|QK^T| > 65504 (float16 max)" not in cf.features(small)
+    assert {"|QK^T| > 65504 (float16 max)", "decode T = 1", "dtype float16 or bfloat16"} <= set(cf.features(big))
+    assert "backward (vjp)" in cf.features(big, "vjp")
+
+
+def test_the_guard_records_a_folded_causal_mask():
+    """A function that rejects is_causal with a mask gets the causal part folded in by the suite
+    (implementations/function.py); the recorded features say so."""
+    import numpy as np
+
+    from conformance.harness.cases import random_case
+    from conformance.harness.guarded import GuardedAdapter
+    from implementations.function import FunctionAdapter
+    from tests.cause_kernels import reference
+
+    def rejects_both(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        if is_causal and attn_mask is not None:
+            raise ValueError("attn_mask and is_causal together")
+        return reference(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+
+    impl = GuardedAdapter(FunctionAdapter(rejects_both, "rejects-both"), timeout=0)
+    impl.forward(random_case(4, T=3, S=3, is_causal=True, mask=np.zeros((3, 3), dtype=bool)))
+    impl.forward(random_case(5, T=3, S=3, is_causal=True))
+    folded = [k for k in impl.case_features if "suite folded causal into the mask" in cf.split(k)]
+    assert len(folded) == 1 and "causal + mask" in cf.split(folded[0])
