@@ -131,13 +131,18 @@ def _check_rows(impl: GuardedAdapter, direction: str) -> None:
             "; ".join(f"{p.name}: {r[p.name]}" for p in PARAMETERS if r[p.name] != defaults[p.name]) or "all defaults"
         )
 
-    raise ClauseViolation(
+    detail = str(last)
+    if last.case is not None:  # the case line is added back by the violation raised below
+        detail = detail.removesuffix(f"\n  case: {last.case.describe()}")
+    kind = type(last)  # a guard's finding (AdapterError, UndeclaredRefusal) stays one
+    raise kind(
         f"{len(failed)} of {len(rows)} {direction} rows of the {_t()}-way covering array fail "
         f"(rows {', '.join(str(j) for j, _, _ in failed[:12])}{' ...' if len(failed) > 12 else ''}); row {i} "
         f"shrunk to the fewest non-default value classes that still fail:\n  {show(shrunk)}\n"
         f"  (the row as planned: {show(row)}; every other class at its default: "
         f"{'; '.join(f'{k}: {v}' for k, v in defaults.items())})\n"
-        f"  {last}"
+        f"  {detail}",
+        last.case,
     )
 
 
