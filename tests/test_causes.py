@@ -62,6 +62,22 @@ def test_greedy_order_and_the_second_cause():
     assert [c["clause_tests"] for c in found["causes"]] == [6, 3]
 
 
+def test_a_clause_failing_everywhere_is_compared_with_the_sensitive_clauses():
+    """Clauses no precision can fail pass float64 as often as any dtype; a clause that failed in
+    every dtype is set against the clauses that failed somewhere, where float64 is rare."""
+    dtypes = ("float64", "float32", "float16", "bfloat16")
+    rows = [_passed(f"SHAPE-{i}", d, "no mask", n=10) for i in range(10) for d in dtypes]
+    for i in range(8):
+        rows += [_passed(f"PREC-{i}", d, "no mask", n=10) for d in dtypes[1:]]
+        rows.append(_failed(f"PREC-{i}", "float64", "no mask"))
+    rows += [_failed(f"CAUSAL-{i}", d, "causal", "causal, T != S") for i in range(2) for d in dtypes]
+    found = causes.likely_causes(rows)
+    assert [(c["features"], c["clause_tests"]) for c in found["causes"]] == [
+        (["dtype=float64"], 10),  # with every passing case as reference: 8 (float64 is 16% of them)
+        (["causal, T != S"], 6),
+    ]
+
+
 def test_ties_go_to_fewer_features_and_common_features_explain_nothing():
     rows = [_passed("P", "float32", "B > 1", n=100)]
     rows += [_failed(c, "float32", "B > 1", "bool mask", "row blocked entirely: bool") for c in "AB"]

@@ -9,11 +9,14 @@ end of the run :func:`likely_causes` sets the failing cases' features against th
 
 A feature set F *explains* a failure when the failing case has every feature of F and F is absent
 or rare (at most :data:`RARE` of the cases) among the cases that passed *the same clause* in other
-dtypes; a clause that failed in every dtype is compared with every passing case of the adapter.
+dtypes; a clause that failed in every dtype is compared with the cases that passed the clauses that
+failed in some dtype (those sensitive to what failed; half the passing cases are float64 in clauses
+no precision can fail), or, when they are fewer than :data:`MIN_SENSITIVE`, with every passing case.
 Greedy set cover then picks, again and again, the F of size 1 to 3 that explains the most failures
-not yet explained (ties: fewer features, then more of its failing outputs matching a convention
-about its features, then a feature that names a known mechanism such as float16 overflow, then the
-rarer among all passing cases), so the root cause comes first. Each cause
+not yet explained, a failure whose output matches a convention about F's features (measured, so
+more than a co-occurrence) counting twice (ties: fewer features, then more such matches, then a
+feature that names a known mechanism such as float16 overflow, then the rarer among all passing
+cases), so the root cause comes first. Each cause
 carries its clause and case counts, the measured error in units of the relevant precision and the
 ``--declare`` the failing outputs match, if most of them match one. Cheap: bit matrices in NumPy,
 pairs and triples only over the features most frequent among the failures.
@@ -34,6 +37,7 @@ MAX_SIZE = 3
 _PAIR_POOL = 16  # features (most frequent among failures) combined into pairs
 _TRIPLE_POOL = 10  # ... and into triples
 FAILING = ("failed", "expected failure")
+MIN_SENSITIVE = 50  # passing cases of the clauses that failed elsewhere: fewer say too little to compare with
 
 
 # -- recording: one clause test ---------------------------------------------------------------------
@@ -137,16 +141,21 @@ class _Population:
         return self.total == 0 or self.with_all(fset) <= RARE * self.total
 
 
-def _references(rows: list[dict]) -> tuple[dict[str, Counter], Counter]:
+def _references(rows: list[dict]) -> tuple[dict[str, Counter], Counter, Counter]:
+    """Passing cases per clause, of the clauses that failed in some other dtype, and of every clause."""
     per_clause: dict[str, Counter] = {}
+    sensitive: Counter = Counter()
     every: Counter = Counter()
+    failed = {r["clause"] for r in rows if r["outcome"] in FAILING}
     for r in rows:
         feats = r.get("case_features") or {}
         if r["outcome"] != "passed" or not feats:
             continue
         per_clause.setdefault(r["clause"], Counter()).update(feats)
         every.update(feats)
-    return per_clause, every
+        if r["clause"] in failed:
+            sensitive.update(feats)
+    return per_clause, sensitive, every
 
 
 def _candidates(fails: list[frozenset[int]]) -> list[tuple[int, ...]]:
@@ -171,7 +180,8 @@ def likely_causes(rows: list[dict]) -> dict:
     with_case = [r for r in failing if (r.get("failure") or {}).get("features")]
     names = sorted({f for r in with_case for f in cf.split(r["failure"]["features"])})
     index = {f: i for i, f in enumerate(names)}
-    per_clause, every = _references(rows)
+    per_clause, sensitive, every = _references(rows)
+    fallback = ("sensitive", sensitive) if sum(sensitive.values()) >= MIN_SENSITIVE else ("every", every)
     pops: dict[str, _Population] = {}
 
     def population(name: str, counter: Counter) -> _Population:
@@ -183,7 +193,7 @@ def likely_causes(rows: list[dict]) -> dict:
     for r in with_case:
         sets.append(frozenset(index[f] for f in cf.split(r["failure"]["features"])))
         own = per_clause.get(r["clause"])
-        refs.append(population("clause " + r["clause"], own) if own else population("every", every))
+        refs.append(population("clause " + r["clause"], own) if own else population(*fallback))
     overall = population("every", every)
     explains: dict[tuple[int, ...], set[int]] = {}
     for cand in _candidates(sets):
@@ -204,7 +214,7 @@ def likely_causes(rows: list[dict]) -> dict:
         best = min(
             explains,
             key=lambda c: (
-                -len(explains[c] & uncovered),
+                -len(explains[c] & uncovered) - confirmed(c),
                 len(c),
                 -confirmed(c),
                 -names_a_mechanism([names[i] for i in c]),
