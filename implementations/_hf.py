@@ -12,7 +12,10 @@ back to the contract's [B, H, T, D]. ``dropout`` is passed only for a case that 
 every call, so forward and backward draw the same dropout mask.
 
 Each adapter builds the ``attention_mask`` the way transformers builds one for its function
-(hf_eager.py: additive 0 / finfo.min; hf_sdpa.py: boolean, True = attend).
+(hf_eager.py: additive 0 / finfo.min; hf_sdpa.py: boolean, True = attend), 4-D as a model's masks
+always are: a mask of lower rank gets leading unit axes (no broadcast along T or S is expanded; a
+2-D mask reaching ``sdpa_attention_forward``'s decode GQA path, ``pack_gqa``, raises "not enough
+values to unpack (expected 4, got 2)", which no model meets).
 """
 
 from __future__ import annotations
@@ -86,8 +89,11 @@ class HFAttention:
         module = LlamaLikeModule(groups, is_causal=bool(case.is_causal), training=case.dropout_p > 0)
         scaling = case.effective_scale
         kwargs = {"dropout": float(case.dropout_p)} if case.dropout_p > 0 else {}
+        mask = self._attention_mask(case, q.dtype)
+        if mask is not None and mask.ndim < 4:  # a model's masks are 4-D, [B, 1, T, S] (masking_utils)
+            mask = mask.reshape((1,) * (4 - mask.ndim) + tuple(mask.shape))
         torch.manual_seed(case.seed)
-        out, _ = self._fn(module, q, k, v, self._attention_mask(case, q.dtype), scaling=scaling, **kwargs)
+        out, _ = self._fn(module, q, k, v, mask, scaling=scaling, **kwargs)
         return out.transpose(1, 2)
 
     def forward(self, case: Case) -> np.ndarray:
