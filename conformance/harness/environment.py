@@ -81,8 +81,9 @@ def _provides(dist: str, top: str) -> bool:
 
 def kernel_libraries(adapter: Any) -> dict[str, str]:
     """The installed libraries the kernel itself comes from, with their versions: the distributions
-    that the adapter's module (and a wrapped function's module, ``adapter.fn``) import, less this suite
-    and what the contract itself imports (NumPy), unless nothing else is left (a NumPy kernel).
+    that the adapter's module imports, and those of the functions it holds (a wrapped function,
+    ``adapter.fn``, or one it loaded on first use, as transformers' attention functions), less this
+    suite and what the contract itself imports (NumPy), unless nothing else is left (a NumPy kernel).
 
     Read from the imports rather than from the adapter's name, so a user's adapter gets its own
     library named too (``matrix.md`` heads each column with it)."""
@@ -91,8 +92,12 @@ def kernel_libraries(adapter: Any) -> dict[str, str]:
     def libs(tops: set[str]) -> dict[str, str]:
         return {d: v for t in sorted(tops) for d in dists.get(t, ()) if _provides(d, t) and (v := _version(d))}
 
-    fn = getattr(adapter, "fn", None)
-    found = libs(_imported_top_levels(type(adapter).__module__) | _imported_top_levels(getattr(fn, "__module__", None)))
+    tops = _imported_top_levels(type(adapter).__module__)
+    for held in getattr(adapter, "__dict__", {}).values():
+        origin = getattr(held, "__module__", None) if callable(held) else None
+        if isinstance(origin, str):
+            tops |= _imported_top_levels(origin)
+    found = libs(tops)
     ours = libs({"conformance", "implementations"})
     contract = libs(_imported_top_levels("conformance.contract"))
     own = {d: v for d, v in found.items() if d not in ours and d not in contract}
