@@ -1,10 +1,11 @@
 """Likely causes: the failures of one adapter grouped by the smallest feature sets that explain them.
 
 Fifty failing clauses often have one cause (a softmax run in float32 for float64 inputs); a reader
-should not have to find it in fifty tracebacks. Every clause test records what it needs (the
-``case_features`` of the cases that reached the kernel when it passed; its ``failure`` when it
-failed: the failing case's features, the guarded call, the measured error and the conventions
-under which the kernel's output would have been right, ``harness.causes_conventions``), and at the
+should not have to find it in fifty tracebacks. Every clause test records what it needs
+(``harness.causes_record``: the ``case_features`` of the cases that reached the kernel when it
+passed; its ``failure`` when it failed: the failing case's features, the guarded call, the measured
+error and the conventions under which the kernel's output would have been right,
+``harness.causes_conventions``), and at the
 end of the run :func:`likely_causes` sets the failing cases' features against the passing ones'.
 
 A feature set F *explains* a failure when the failing case has every feature of F and F is absent
@@ -31,88 +32,15 @@ from typing import Any
 import numpy as np
 
 from conformance.harness import causes_features as cf
+from conformance.harness.causes_record import FAILING, record_fields
+
+__all__ = ["FAILING", "by_adapter", "likely_causes", "record_fields", "write_summary"]
 
 RARE = 0.1  # a feature set shared by more than this share of the reference passing cases explains nothing
 MAX_SIZE = 3
 _PAIR_POOL = 16  # features (most frequent among failures) combined into pairs
 _TRIPLE_POOL = 10  # ... and into triples
-FAILING = ("failed", "expected failure")
 MIN_SENSITIVE = 50  # passing cases of the clauses that failed elsewhere: fewer say too little to compare with
-
-
-# -- recording: one clause test ---------------------------------------------------------------------
-def _violation(exc: BaseException | None) -> BaseException | None:
-    """The exception that carries the case: a group's first member that has one (hypothesis reports
-    several distinct failures as a group; the shrunk example's exception is the one pytest sees)."""
-    if isinstance(exc, BaseExceptionGroup):
-        members = [_violation(e) for e in exc.exceptions]
-        return next((e for e in members if getattr(e, "case", None) is not None), members[0] if members else None)
-    return exc
-
-
-def _output_of(what: str, result: Any) -> np.ndarray | None:
-    if what == "vjp" or result is None:
-        return None
-    return result[0] if isinstance(result, tuple) else result
-
-
-def _json_number(x: Any) -> Any:
-    if isinstance(x, float) and not np.isfinite(x):
-        return str(x)
-    return x
-
-
-def failure_record(impl: Any, exc: BaseException | None) -> dict:
-    """What a failing clause test tells about its cause (JSON-sized): the failing case's features,
-    the call, the measured error and the matching conventions."""
-    from conformance.harness import causes_conventions as conv
-
-    exc = _violation(exc)
-    case = getattr(exc, "case", None)
-    recent = list(getattr(impl, "recent_calls", ()))
-    entry = next((e for e in reversed(recent) if case is not None and e[0] is case), recent[-1] if recent else None)
-    call = entry[1] if entry else "forward"
-    if case is None and entry is not None:
-        case = entry[0]
-    feats = entry[2] if entry and entry[0] is case and entry[2] else None
-    if feats is None and case is not None:
-        feats = cf.key(case, call, alignment=impl.declaration.causal_alignment)
-    measure = getattr(exc, "measure", None)
-    matches: list[str] = []
-    checked = False
-    out = _output_of(call, entry[3]) if entry else None
-    decl = impl.declaration
-    if out is not None:
-        try:
-            matches = conv.matching_conventions(entry[0], out, decl)
-            checked = True
-            if measure is None:
-                measure = conv.output_measure(entry[0], out, decl)
-        except Exception:  # noqa: BLE001 - a cause we cannot measure still has its features
-            pass
-    return {
-        "features": feats,
-        "call": call,
-        "error": type(exc).__name__ if exc is not None else None,
-        "dtype": getattr(case, "dtype", None),
-        "measure": {k: _json_number(v) for k, v in measure.items()} if measure else None,
-        "matches": matches,
-        "checked": checked,
-    }
-
-
-def record_fields(impl: Any, outcome: str, excinfo: Any = None) -> dict:
-    """The ``case_features`` / ``failure`` fields of a ClauseResult (``runstate.clause_result``)."""
-    if impl is None or not hasattr(impl, "case_features"):
-        return {}
-    if outcome == "passed":
-        return {"case_features": cf.cap(impl.case_features.items())}
-    if outcome in FAILING and excinfo is not None:
-        try:
-            return {"failure": failure_record(impl, getattr(excinfo, "value", None))}
-        except Exception as exc:  # noqa: BLE001 - the record is informative; the run must go on
-            return {"failure": {"features": None, "call": None, "note": f"not recorded: {type(exc).__name__}: {exc}"}}
-    return {}
 
 
 # -- analysis: one adapter ----------------------------------------------------------------------------
