@@ -3,8 +3,9 @@
 Translation of a ``Case`` (why each step exists):
 
 * arrays: ``mx.array`` turns a float64 NumPy array into float32 unless told otherwise, so every
-  input is created with its own dtype (``dtype=mx.float64`` ...); results come back through float32
-  for bfloat16 (exact) and in their own dtype otherwise. Everything runs on ``mx.cpu``.
+  input is created with its own dtype (``dtype=mx.float64`` ...), from a contiguous copy (``mx.array``
+  copies anyway and refuses views with negative strides); results come back through float32 for
+  bfloat16 (exact) and in their own dtype otherwise. Everything runs on ``mx.cpu``.
 * layout [B, N, T, D] is MLX's own; GQA is native (k, v keep their kv heads).
 * mask: a boolean array (True = keep: ``~mask``), an additive array, or the string ``"causal"``
   (aligned bottom-right: "the last query aligns with the last key"). One mask argument only, so a
@@ -46,7 +47,9 @@ def _mx_dtype(name: str):
 
 
 def _to_mx(a: np.ndarray, dtype: str | None = None):
-    a = np.asarray(a)
+    # mx.array copies its input anyway, but refuses a view with negative strides ("Cannot convert
+    # DLPack arrays with negative strides"); an MLX user's arrays never are one, so copy first.
+    a = np.ascontiguousarray(a)
     name = dtype or ("bfloat16" if a.dtype == np_dtype("bfloat16") else a.dtype.name)
     try:
         target = _mx_dtype(name)
