@@ -611,3 +611,32 @@ def test_jax_bfloat16_t_and_s_of_1_runs_eagerly_and_correctly_on_cpu():
         _attention_jit(*args, **static)
     out = xla.forward(case)  # one key: the output is that key's value, exactly
     np.testing.assert_array_equal(out.astype(np.float64), np.asarray(case.value, dtype=np.float64))
+
+
+def test_keras_backends_return_float32_for_float64_side_by_side():
+    """The three keras backends run side by side in one process, and none has float64 attention: keras
+    casts 64-bit floats to float32 (keras.src.backend.common.dtypes.BIT64_TO_BIT32_DTYPE), which is why
+    the keras adapters declare no float64. If a release keeps float64, this fails: declare it then."""
+    x = np.random.default_rng(20).standard_normal((1, 4, 2, 8))  # keras's [B, T, N, H], float64
+    outs = {}
+    for module, attr in (("keras_numpy", "keras_numpy"), ("keras_jax", "keras_jax"), ("keras_torch", "keras_torch")):
+        _load(module, attr, "keras")
+        nn = importlib.import_module(f"implementations.{module}")._nn
+        if module == "keras_jax":
+            import jax
+
+            with jax.enable_x64(True):
+                a = jax.numpy.asarray(x)
+                outs[module] = np.asarray(nn.dot_product_attention(a, a, a))
+        elif module == "keras_torch":
+            import torch
+
+            t = torch.from_numpy(x)
+            outs[module] = nn.dot_product_attention(t, t, t).numpy()
+        else:
+            outs[module] = np.asarray(nn.dot_product_attention(x, x, x))
+    for module, out in outs.items():
+        assert out.dtype == np.float32, f"{module}: float64 in gave {out.dtype}: keras computes float64 now"
+    ref = outs["keras_numpy"]
+    for module, out in outs.items():
+        assert max_err(out, ref.astype(np.float64)) < 2e-5, f"{module} disagrees with keras-numpy side by side"
