@@ -178,3 +178,21 @@ def test_a_bad_file_on_the_command_line_is_a_usage_error(pytester, tmp_path):
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     errors = [ln for ln in result.errlines if ln.startswith("ERROR:")]
     assert len(errors) == 1 and "[[deviation]] 1: unknown clause id 'NO-SUCH-CLAUSE-01'" in errors[0], errors
+
+
+def test_an_expected_failure_is_not_shrunk(pytester, tmp_path):
+    """ORACLE-AGREE-01 (property-based) fails on the counting kernel either way; listed, it stops at
+    the first failing example instead of shrinking it, and is still an expected failure."""
+    from tests import counting_kernels
+
+    spec = "tests.counting_kernels:CountingMaskAfterSoftmax"
+    args = (str(CLAUSES_DIR / "test_agreement.py"), f"--impl={spec}", "-k", "float32", "--allow-partial")
+    calls = {}
+    for listed in (False, True):
+        counting_kernels.CALLS["forward"] = 0
+        extra = [f"--expectations={_file(tmp_path, _entry('ORACLE-AGREE-01'))}"] if listed else []
+        result = pytester.runpytest_inprocess(*args, *extra, "-p", "no:cacheprovider", "-rx")
+        calls[listed] = counting_kernels.CALLS["forward"]
+        outcomes = result.parseoutcomes()
+        assert outcomes.get("xfailed" if listed else "failed") == 1, result.stdout.str()[-3000:]
+    assert 0 < calls[True] < calls[False], calls
