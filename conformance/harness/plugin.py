@@ -33,7 +33,17 @@ from conformance.harness import (
 from conformance.harness.clause import info_of
 from conformance.harness.runstate import State, get_state
 
-SUBPLUGINS = (certificate, baseline, selfdefense, signatures, coverage, pair_coverage, ordering, perf, expectations_plugin)
+SUBPLUGINS = (
+    certificate,
+    baseline,
+    selfdefense,
+    signatures,
+    coverage,
+    pair_coverage,
+    ordering,
+    perf,
+    expectations_plugin,
+)
 
 
 def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
