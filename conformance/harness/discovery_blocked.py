@@ -14,8 +14,8 @@ import numpy as np
 from conformance import oracle
 from conformance.contract import ALL_BLOCKED_POLICIES, Case
 from conformance.harness import discovery_witness as w
-from conformance.harness.discovery import Probing
 from conformance.harness.discovery_probes import base
+from conformance.harness.discovery_probing import Probing
 
 DEAD_ROWS = ((0, 0, 1), (0, 1, 0), (0, 1, 2))  # (b, h, t) blocked entirely in the witness
 

@@ -17,8 +17,8 @@ import numpy as np
 
 from conformance import oracle
 from conformance.harness import discovery_witness as w
-from conformance.harness.discovery import Probing
 from conformance.harness.discovery_probes import base, capability
+from conformance.harness.discovery_probing import Probing
 
 
 def _pattern(shape: tuple[int, int, int, int], period: int, hit: int = 0) -> np.ndarray:

@@ -13,8 +13,8 @@ import numpy as np
 
 from conformance.contract import LOW_PRECISION, Case, np_dtype
 from conformance.harness import discovery_witness as w
-from conformance.harness.discovery import UPCAST, Probing
 from conformance.harness.discovery_probes import base
+from conformance.harness.discovery_probing import UPCAST, Probing
 
 # 000 §8, the sentence UPCAST-01 enforces.
 UPCAST_RULE = "000 §8: “这里将低精度输入转为 float32 后才计算点积和 softmax”; UPCAST-01 will fail"

@@ -1,6 +1,6 @@
 """Discovery's capability and limit probes: what runs (dtypes, grad, dropout, GQA, scale) and where it stops.
 
-Each probe takes the shared :class:`~conformance.harness.discovery.Probing` state and records one
+Each probe takes the shared :class:`~conformance.harness.discovery_probing.Probing` state and records one
 field. The rule for a capability: raised or refused -> not supported; ran and matched the oracle with
 the feature -> supported; ran and matched the oracle *without* it (the argument ignored) -> not
 supported, the evidence says "ignored"; ran and matched neither -> supported, with a finding: declaring
@@ -15,7 +15,7 @@ import numpy as np
 from conformance.contract import DTYPES, Case, dtype_name, np_dtype
 from conformance.harness import discovery_witness as w
 from conformance.harness.cases import random_case
-from conformance.harness.discovery import Probing
+from conformance.harness.discovery_probing import Probing
 
 HEAD_DIMS = (64, 128, 256, 512)
 
