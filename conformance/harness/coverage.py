@@ -22,6 +22,7 @@ import pytest
 from conformance.contract import Declaration
 from conformance.harness import runstate
 from conformance.harness.cells import FEATURES, SEP, SHAPE_CLASSES, admitted, cells_of, features_of
+from conformance.harness.report_channel import ReportChannel
 
 __all__ = [
     "FEATURES",
@@ -36,25 +37,20 @@ __all__ = [
 ]
 
 
-# -- the sub-plugin: counts travel in the reports ---------------------------------------------------
-KEY = "sdpa_conformance_cells"
-_STORES: list[dict[str, Counter]] = []  # one per configured (non-worker) session; nested pytester runs push
+# -- the sub-plugin: counts travel in the reports (harness.report_channel) -------------------------
+def _merge(store: dict[str, Counter], impl: str, cells: dict[str, int]) -> None:
+    store.setdefault(impl, Counter()).update(cells)
+
+
+CHANNEL = ReportChannel("sdpa_conformance_cells", _merge)
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if not runstate.is_xdist_worker(config):
-        store: dict[str, Counter] = {}
-        config.stash[_STORE_KEY] = store
-        _STORES.append(store)
+    CHANNEL.configure(config)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    store = config.stash.get(_STORE_KEY, None)
-    if store is not None and _STORES and _STORES[-1] is store:
-        _STORES.pop()
-
-
-_STORE_KEY = pytest.StashKey[dict]()
+    CHANNEL.unconfigure(config)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -64,21 +60,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         impl = getattr(item, "funcargs", {}).get("impl")
         cells = getattr(impl, "cells", None)
         if cells:
-            rep.user_properties.append((KEY, {"impl": impl.spec or impl.name, "cells": dict(cells)}))
+            CHANNEL.send(rep, impl.spec or impl.name, dict(cells))
     return rep
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if not _STORES:
-        return
-    for key, value in getattr(report, "user_properties", ()):
-        if key == KEY:
-            _STORES[-1].setdefault(str(value["impl"]), Counter()).update(value["cells"])
+    CHANNEL.receive(report)
 
 
 def counts(config: pytest.Config) -> dict[str, Counter]:
     """spec -> Counter of cells reached in this run (the controlling process's sum)."""
-    return config.stash.get(_STORE_KEY, {})
+    return CHANNEL.store(config)
 
 
 def table(reached: Counter, decl: Declaration) -> dict[str, Any]:

@@ -23,10 +23,9 @@ from conformance.contract import Case, Declaration
 from conformance.harness import covering, runstate
 from conformance.harness.pairs_space import reached_values
 from conformance.harness.profiles import profile_name
+from conformance.harness.report_channel import ReportChannel
 
-KEY = "sdpa_conformance_pairs"
 ATTR = "covering_reached"  # list of value-class records on the guarded adapter
-_STORE_KEY = pytest.StashKey[dict]()
 
 
 def strengths() -> tuple[int, ...]:
@@ -43,20 +42,19 @@ def record(impl: Any, case: Case, direction: str, planned: dict[str, str]) -> No
     store.append(reached_values(case, direction, planned))
 
 
-_STORES: list[dict[str, list]] = []  # one per configured (non-worker) session; nested pytester runs push
+def _merge(store: dict[str, list], impl: str, recs: list[dict[str, str]]) -> None:
+    store.setdefault(impl, []).extend(recs)
+
+
+CHANNEL = ReportChannel("sdpa_conformance_pairs", _merge)  # harness.report_channel
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if not runstate.is_xdist_worker(config):
-        store: dict[str, list] = {}
-        config.stash[_STORE_KEY] = store
-        _STORES.append(store)
+    CHANNEL.configure(config)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    store = config.stash.get(_STORE_KEY, None)
-    if store is not None and _STORES and _STORES[-1] is store:
-        _STORES.pop()
+    CHANNEL.unconfigure(config)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -66,22 +64,18 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         impl = getattr(item, "funcargs", {}).get("impl")
         recs = getattr(impl, ATTR, None)
         if recs:
-            rep.user_properties.append((KEY, {"impl": impl.spec or impl.name, "records": list(recs)}))
+            CHANNEL.send(rep, impl.spec or impl.name, list(recs))
             recs.clear()
     return rep
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if not _STORES:
-        return
-    for key, value in getattr(report, "user_properties", ()):
-        if key == KEY:
-            _STORES[-1].setdefault(str(value["impl"]), []).extend(value["records"])
+    CHANNEL.receive(report)
 
 
 def records(config: pytest.Config) -> dict[str, list[dict[str, str]]]:
     """spec -> the value-class records of every case that reached the kernel (controlling process)."""
-    return config.stash.get(_STORE_KEY, {})
+    return CHANNEL.store(config)
 
 
 def _n(k: int) -> str:
