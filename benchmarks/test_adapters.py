@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from benchmarks.conftest import HEAD_DIMS, IMPLS, SIZES, B, H
-from conformance.harness import registry
-from conformance.harness.cases import random_case
+from conformance.harness.calls import registry
+from conformance.harness.cases.build import random_case
 
 _ADAPTERS: dict = {}
 

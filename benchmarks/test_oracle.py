@@ -11,7 +11,7 @@ import pytest
 
 from benchmarks.conftest import two_gemm_seconds
 from conformance import oracle
-from conformance.harness.cases import random_case
+from conformance.harness.cases.build import random_case
 
 B, H, L = 1, 2, 2048
 

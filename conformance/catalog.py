@@ -6,18 +6,14 @@ from drifting away from what actually runs (tests/test_catalog.py compares it wi
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 import sys
 
-import conformance.clauses
-from conformance.harness.clause import CLAUSES, SEEDS, ClauseInfo
+from conformance.harness.spec.clause import SEEDS, ClauseInfo, load_all
 
 
 def load() -> dict[str, ClauseInfo]:
-    for mod in sorted(pkgutil.iter_modules(conformance.clauses.__path__), key=lambda m: m.name):
-        importlib.import_module(f"conformance.clauses.{mod.name}")
-    return CLAUSES
+    """Every clause of the suite (harness.spec.clause.load_all)."""
+    return load_all()
 
 
 def render() -> str:

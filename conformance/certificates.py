@@ -5,11 +5,11 @@ certificates (written by ``pytest --certificate=PATH``), so that kernels, or one
 machines, can be compared at a glance. A clause missing from a certificate shows as "-".
 ``python -m conformance.certificates html A.json B.json -o compare.html`` draws the same comparison
 as a self-contained HTML page, with every adapter's performance profile and error margins in one
-set of charts (harness.certificate_html).
+set of charts (harness.records.certificate_html).
 
 This module is only the command (its name is the documented ``python -m conformance.certificates``);
-the record is ``harness.certificate`` and the renderings ``harness.certificate_markdown`` and
-``harness.certificate_html``.
+the record is ``harness.run.certificate`` and the renderings ``harness.records.certificate_markdown`` and
+``harness.records.certificate_html``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import json
 import sys
 from pathlib import Path
 
-from conformance.harness.certificate_markdown import render_compare as render_compare_columns
+from conformance.harness.records.certificate_markdown import render_compare as render_compare_columns
 
 
 def load(paths: list[Path]) -> list[tuple[str, dict, dict]]:
@@ -34,7 +34,7 @@ def load(paths: list[Path]) -> list[tuple[str, dict, dict]]:
 
 
 def render_compare(paths: list[Path]) -> str:
-    """The Markdown table of the certificates at ``paths`` (harness.certificate_markdown)."""
+    """The Markdown table of the certificates at ``paths`` (harness.records.certificate_markdown)."""
     return render_compare_columns(load(paths))
 
 
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     html.add_argument("-o", "--output", type=Path, default=None, help="write the page here instead of stdout")
     args = parser.parse_args(argv)
     if args.command == "html":
-        from conformance.harness.certificate_html import render_compare as render_html
+        from conformance.harness.records.certificate_html import render_compare as render_html
 
         text = render_html(load(args.certificates))
     else:

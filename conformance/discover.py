@@ -3,7 +3,7 @@
 SPEC resolves exactly as ``pytest --impl`` does (a built-in name, ``module:attr``, or a plain function
 with ``--signature``); ``--declare K=V`` pins fields that are then not probed. Prints one line per field
 (field = value: evidence), one line beginning ``--declare`` to paste into ``pytest --impl=SPEC``, and
-one ``finding:`` line per behaviour that no field's allowed value describes (harness.discovery).
+one ``finding:`` line per behaviour that no field's allowed value describes (harness.discovery.discover).
 Exit status: 0 without findings, 1 with findings, 2 for a bad command line, 5 when SPEC cannot run here.
 """
 
@@ -12,8 +12,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from conformance.harness import discovery, registry, signatures
-from conformance.harness.discovery_witness import DEFAULT_TIMEOUT
+from conformance.harness.calls import registry, signatures
+from conformance.harness.discovery import discover as discovery
+from conformance.harness.discovery.witness import DEFAULT_TIMEOUT
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,8 +12,8 @@ Exit code 0 when every certification wrote its certificate, whatever the verdict
 reports them; a gate uses each adapter's own pytest run), 1 when one wrote none (listed in the
 matrix with its log, ``DIR/certs/<spec>.log``).
 
-This module is only the command; the table is ``harness.matrix_build``, its renderings
-``harness.matrix_markdown`` and ``harness.matrix_html``.
+This module is only the command; the table is ``harness.records.matrix_build``, its renderings
+``harness.records.matrix_markdown`` and ``harness.records.matrix_html``.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def checkout_root() -> Path | None:
 
 def available_builtins() -> tuple[list[str], list[tuple[str, str]]]:
     """(every built-in adapter that can run here, (name, reason) for each that cannot)."""
-    from conformance.harness import registry
+    from conformance.harness.calls import registry
 
     usable, unavailable = [], []
     for name in registry.builtin_names():
@@ -144,8 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     shown = "python -m conformance.matrix " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
 
     from conformance import catalog
-    from conformance.harness import matrix_html, matrix_markdown
-    from conformance.harness.matrix_build import build_matrix
+    from conformance.harness.records import matrix_html, matrix_markdown
+    from conformance.harness.records.matrix_build import build_matrix
 
     catalog.load()  # the clause registry names each clause's test, for the cells' commands
     out: Path = args.out

@@ -14,7 +14,7 @@ dtype), and parameterised by the conventions a kernel may declare:
 GQA maps query head h to kv head ``h // (Hq // Hkv)``. The oracle is kept deliberately plain
 (materialised [B,H,T,S] scores, one einsum per product) so that it can be read against the formula;
 it imports only the contract. The same-precision formulations that size the allowances live in
-``conformance.harness.ensemble``, never here: nothing but float64 answers comes out of this module.
+``conformance.harness.judge.ensemble``, never here: nothing but float64 answers comes out of this module.
 
 ``forward_blocked`` is the same float64 forward for long sequences: keys in blocks with an online
 (running max, running sum) softmax and queries in chunks, so its memory is O(chunk x block) rather

@@ -213,7 +213,7 @@ class JaxAttention:
     """``jax.nn.dot_product_attention`` with one fixed ``implementation``."""
 
     # XLA compiles every new shape (about 0.3 s each on this CPU, cold): the drawn clauses take
-    # their shapes from a few buckets in the ci profile (harness.strategies.space_for).
+    # their shapes from a few buckets in the ci profile (harness.cases.strategies.space_for).
     compiles_per_shape = True
 
     def __init__(self, name: str, implementation: str | None, declaration: Declaration) -> None:

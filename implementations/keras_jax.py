@@ -65,7 +65,7 @@ class KerasJax:
     """``keras.src.backend.jax.nn.dot_product_attention`` under ``jax.jit``."""
 
     framework = "jax"
-    # XLA compiles every new shape: the drawn clauses take their shapes from a few buckets (harness.buckets).
+    # XLA compiles every new shape: the drawn clauses take their shapes from a few buckets (harness.cases.buckets).
     compiles_per_shape = True
 
     def __init__(self, name: str, declaration: Declaration) -> None:

@@ -2,7 +2,7 @@
 """How close do correct kernels come to their allowance? The largest |err| / allowed, per kernel,
 clause (or random case), dtype and quantity, over many random seeds.
 
-The error model (conformance/harness/tolerance.py) must never cry wolf: every correct formulation
+The error model (conformance/harness/judge/tolerance.py) must never cry wolf: every correct formulation
 passes on any seed. A share of the allowance near 1 is either an error the model under-predicts (a
 missing term) or an honest worst case it covers; this script finds the candidates, with the case
 that produced them, so that each can be investigated (docs/tolerance.md, "Margins").
@@ -34,11 +34,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from conformance.harness import compare, strategies
-from conformance.harness.cases import random_case, random_mask
-from conformance.harness.guarded import GuardedAdapter
-from conformance.harness.probes import observe_weights
-from conformance.harness.registry import resolve
+from conformance.harness.calls.guarded import GuardedAdapter
+from conformance.harness.calls.probes import observe_weights
+from conformance.harness.calls.registry import resolve
+from conformance.harness.cases import strategies
+from conformance.harness.cases.build import random_case, random_mask
+from conformance.harness.judge import compare
 from tests.clause_runner import dtypes_for, load_clauses, run_clause
 
 BUILTIN = ("numpy", "torch-eager", "torch-sdpa", "torch-sdpa-math", "torch-sdpa-flash", "jax")

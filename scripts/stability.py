@@ -4,7 +4,7 @@
 A conformance suite must never cry wolf: a correct kernel fails only when a clause's stated
 false-positive rate says it may. The ci profile is derandomized, so repeating it proves nothing;
 this script repeats the ci example counts with *random* hypothesis seeds
-(``--conformance-random-seeds``, see conformance/harness/selfdefense.py), one fresh seed per run,
+(``--conformance-random-seeds``, see conformance/harness/run/selfdefense.py), one fresh seed per run,
 printed so that any failing run can be replayed:
 
     pytest conformance/clauses --impl=... --conformance-random-seeds --hypothesis-seed=SEED

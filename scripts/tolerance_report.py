@@ -38,8 +38,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from conformance.contract import DTYPES
-from conformance.harness import compare, ensemble, strategies
-from conformance.harness.registry import resolve
+from conformance.harness.calls.registry import resolve
+from conformance.harness.cases import strategies
+from conformance.harness.judge import compare, ensemble
 from tests.clause_runner import dtypes_for, load_clauses, run_clause
 from tests.test_sensitivity import GradientScaled, Temperature
 from tests.zoo_kernels import ZOO

@@ -14,8 +14,8 @@ import pytest
 
 import conformance.clauses
 from conformance.contract import DTYPES
-from conformance.harness.clause import CLAUSES, ClauseInfo
-from conformance.harness.guarded import GuardedAdapter
+from conformance.harness.calls.guarded import GuardedAdapter
+from conformance.harness.spec.clause import CLAUSES, ClauseInfo
 
 
 def load_clauses() -> dict[str, ClauseInfo]:
@@ -42,8 +42,8 @@ def by_the_guard(exc: BaseException) -> bool:
     """True when a failure comes from the guarded call (``GuardedAdapter``: the kernel raised, refused a case
     its declaration covers, hung, returned a wrong shape, dtype or type, touched its inputs), not
     from a check of the clause's own: the guard fails the same way whichever clause is running."""
-    from conformance.harness.guarded import UndeclaredRefusal
-    from conformance.harness.report import AdapterError
+    from conformance.harness.calls.guarded import UndeclaredRefusal
+    from conformance.harness.spec.report import AdapterError
 
     guards = (AdapterError, UndeclaredRefusal)
     if type(exc).__name__ in ("ExceptionGroup", "BaseExceptionGroup"):

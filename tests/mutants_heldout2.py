@@ -141,7 +141,7 @@ class LseIgnoresAlibi(VariantKernel):
 
 @not_caught(
     "lse_in_input_dtype",
-    "admitted by the lse allowance's max(u_w |lse|, eta) term (harness.lse): "
+    "admitted by the lse allowance's max(u_w |lse|, eta) term (harness.judge.lse): "
     "an lse stored in the input dtype is inside the error model",
 )
 class LseInInputDtype(VariantKernel):

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from conformance.harness.baseline_compare import compare_run
-from conformance.harness.baseline_grid import run_grid
-from conformance.harness.baseline_store import load, record
-from conformance.harness.guarded import GuardedAdapter
-from conformance.harness.registry import resolve
+from conformance.harness.calls.guarded import GuardedAdapter
+from conformance.harness.calls.registry import resolve
+from conformance.harness.records.baseline_compare import compare_run
+from conformance.harness.records.baseline_grid import run_grid
+from conformance.harness.records.baseline_store import load, record
 from tests.mutants import MUTANTS
 
 ROOT = Path(__file__).resolve().parents[1]

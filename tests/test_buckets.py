@@ -1,4 +1,4 @@
-"""Shape buckets (conformance/harness/buckets.py): what a kernel compiling per shape is spared, and
+"""Shape buckets (conformance/harness/cases/buckets.py): what a kernel compiling per shape is spared, and
 that a clause still catches its mutants when the mutant says it compiles per shape.
 
 The mutant self-tests (test_clauses_bite.py) run kernels that do not compile per shape, so they see
@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from conformance.contract import DTYPES, Declaration
-from conformance.harness import buckets
+from conformance.harness.cases import buckets
 from tests.clause_runner import dtypes_for, load_clauses, run_clause
 
 

@@ -1,4 +1,4 @@
-"""The per-call timeout runs the kernel on the caller's own thread (harness.call_timeout).
+"""The per-call timeout runs the kernel on the caller's own thread (harness.calls.call_timeout).
 
 A library with thread-bound state (tests/thread_bound.py: a SQLite connection made at import on the
 main thread) certifies under the harness as in a user's script, and a hang is still cut off, both on
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.harness.call_timeout import CallTimedOut, call_with_timeout
+from conformance.harness.calls.call_timeout import CallTimedOut, call_with_timeout
 
 pytest_plugins = ["pytester"]
 pytestmark = pytest.mark.usefixtures("restore_hypothesis_profile")

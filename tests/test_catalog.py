@@ -17,7 +17,7 @@ def test_docs_catalog_is_current():
 def test_a_clause_requiring_an_unknown_declaration_field_is_refused_at_definition():
     import pytest
 
-    from conformance.harness.clause import Source, clause
+    from conformance.harness.spec.clause import Source, clause
 
     with pytest.raises(ValueError, match="not Declaration fields"):
         clause("X-99", "t", Source("000", "§1", "s"), kills=["base"], requires=["gradd"])
@@ -25,7 +25,7 @@ def test_a_clause_requiring_an_unknown_declaration_field_is_refused_at_definitio
 
 def test_one_applicability_test_for_requirements_and_dtypes():
     from conformance.contract import Declaration
-    from conformance.harness.clause import ClauseInfo, Source
+    from conformance.harness.spec.clause import ClauseInfo, Source
 
     info = ClauseInfo(
         "X-98",

@@ -1,4 +1,4 @@
-"""``likely causes`` (harness.causes): the set cover on synthetic records, and on kernels with one
+"""``likely causes`` (harness.causes.likely): the set cover on synthetic records, and on kernels with one
 injected cause each (tests/cause_kernels.py) the root cause named first, with its ``--declare``
 where the cause is a convention, in the summary and in the certificate alike."""
 
@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from conformance.harness import causes, causes_text
-from conformance.harness import causes_features as cf
-from conformance.harness.verdict import ClauseResult
+from conformance.harness.cases import features as cf
+from conformance.harness.causes import likely as causes
+from conformance.harness.causes import text as causes_text
+from conformance.harness.records.verdict import ClauseResult
 from tests import cause_kernels  # noqa: F401 - loaded with torch before pytester snapshots sys.modules
 
 # (the snapshot would otherwise unload torch after the first in-process run; torch cannot be imported twice)
@@ -154,7 +155,7 @@ def test_reference_kernel_has_no_likely_causes(pytester, tmp_path):
 def test_features_of_causal_rows_and_magnitudes():
     import numpy as np
 
-    from conformance.harness.cases import random_case
+    from conformance.harness.cases.build import random_case
 
     c = random_case(1, T=4, S=2, is_causal=True)
     assert {"causal", "causal, T != S", "T > S"} <= set(cf.features(c))
@@ -176,8 +177,8 @@ def test_the_guard_records_a_folded_causal_mask():
     (implementations/function.py); the recorded features say so."""
     import numpy as np
 
-    from conformance.harness.cases import random_case
-    from conformance.harness.guarded import GuardedAdapter
+    from conformance.harness.calls.guarded import GuardedAdapter
+    from conformance.harness.cases.build import random_case
     from implementations.function import FunctionAdapter
     from tests.cause_kernels import reference
 

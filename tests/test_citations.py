@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from conformance import catalog
-from conformance.harness.clause import SEEDS, SENTENCE_JOINER, Source
+from conformance.harness.spec.clause import SEEDS, SENTENCE_JOINER, Source
 
 SEEDS_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "seeds"
 _END_PUNCT = tuple("。．.，,；;：:？?！!）)")
@@ -143,8 +143,9 @@ def test_every_clause_quotes_its_seed_verbatim_under_a_real_heading(seeds):
 
 
 def test_every_declared_deviation_quotes_its_seed_verbatim_under_a_real_heading(seeds):
-    """The sentences a verdict of CONFORMS AS DECLARED cites (harness.deviations) are checked as the clauses' are."""
-    from conformance.harness import deviations
+    """The sentences a verdict of CONFORMS AS DECLARED cites (harness.records.deviations) are checked as
+    the clauses' are."""
+    from conformance.harness.records import deviations
 
     sources = deviations.sources()
     assert sources

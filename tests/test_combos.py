@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from conformance.clauses import test_dropout_structure as ds
-from conformance.harness.cases import random_case, random_mask
+from conformance.harness.cases.build import random_case, random_mask
 from tests.clause_runner import load_clauses, run_clause
 
 CLAUSES = load_clauses()
@@ -139,7 +139,7 @@ def test_function_mutants_are_caught_only_through_their_own_arguments(name):
 
 
 def test_declare_causal_with_mask():
-    from conformance.harness import registry
+    from conformance.harness.calls import registry
 
     assert registry.parse_declare(["causal_with_mask=false"]) == {"causal_with_mask": False}
     assert registry.parse_declare(["causal_with_mask=none"]) == {"causal_with_mask": None}

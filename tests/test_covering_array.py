@@ -14,9 +14,10 @@ import itertools
 import pytest
 
 from conformance.contract import Declaration
-from conformance.harness import covering, pair_coverage
-from conformance.harness.pairs_cases import build, row_reasons
-from conformance.harness.pairs_space import PARAMETERS, reached_values
+from conformance.harness.cases import covering
+from conformance.harness.cases.pairs_cases import build, row_reasons
+from conformance.harness.cases.pairs_space import PARAMETERS, reached_values
+from conformance.harness.records import coverage_tables
 from tests.clause_runner import load_clauses, run_clause
 from tests.mutants import MUTANTS, BaseKernel
 
@@ -97,15 +98,15 @@ def test_coverage_counts_what_reached_and_lists_the_rest():
     decl = DECLS["base"]
     plan = covering.plan(decl, 2)
     records = [dict(row) for row in plan.rows]
-    full = pair_coverage.table(records, decl, (2,))["2"]
+    full = coverage_tables.pairs_table(records, decl, (2,))["2"]
     assert full["reached"] == full["admitted"] == len(plan.admitted) and not full["not_reached"]
     last = len(records) - 1  # the greedy's last row covers a tuple no other row has
-    dropped = pair_coverage.table(records[:last], decl, (2,))["2"]
+    dropped = coverage_tables.pairs_table(records[:last], decl, (2,))["2"]
     lost = {covering.name(t) for t in covering.tuples_of(plan.rows[last], 2)} - {
         covering.name(t) for r in plan.rows[:last] for t in covering.tuples_of(r, 2)
     }
     assert set(dropped["not_reached"]) == lost and lost
-    assert pair_coverage.line("2", full).startswith(f"2-way: {full['admitted']:,}".replace(",", " "))
+    assert coverage_tables.pairs_line("2", full).startswith(f"2-way: {full['admitted']:,}".replace(",", " "))
 
 
 def test_triples_cover_every_admitted_triple():

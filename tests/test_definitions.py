@@ -1,7 +1,7 @@
 """Clauses that rest on a variant's own definition quote it verbatim and never pass it off as the seed.
 
 The seed says nothing of sliding windows, softcap, ALiBi or a returned lse; the clauses about them
-cite FlashAttention's documentation (conformance.harness.definitions). The checks mirror
+cite FlashAttention's documentation (conformance.harness.spec.definitions). The checks mirror
 tests/test_citations.py: each quote occurs, whitespace-normalised, in the stored verbatim excerpt of
 the document it names; no quote occurs in the seeds (so it cannot be read as the seed's); every
 citation says "definition (not the seed)" and names the repository, commit and lines; and every
@@ -13,8 +13,8 @@ from __future__ import annotations
 import pytest
 
 from conformance import catalog
-from conformance.harness.clause import SEEDS, Source
-from conformance.harness.definitions import DOCUMENTS, SEED_KEY, Definition
+from conformance.harness.spec.clause import SEEDS, Source
+from conformance.harness.spec.definitions import DOCUMENTS, SEED_KEY, Definition
 from tests.test_citations import SEEDS_DIR, normalise
 
 

@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from conformance.harness import discovery, discovery_run, registry, runstate
+from conformance.harness.calls import registry
+from conformance.harness.discovery import discover as discovery
+from conformance.harness.run import discovery_run, runstate
 from tests import discovery_kernels
 
 pytest_plugins = ["pytester"]

@@ -1,4 +1,4 @@
-"""harness.dropout_vjp: the lift of a dropout mask into the values gives the dropped gradient.
+"""harness.judge.dropout_vjp: the lift of a dropout mask into the values gives the dropped gradient.
 
 DROPOUT-GRAD-01 trusts that lifting Z into the values (row t: undropped attention over Z_t * V) and
 summing the rows' VJPs is the gradient of O = (P * Z) V. Here that is checked against torch's
@@ -14,8 +14,8 @@ import pytest
 
 from conformance import oracle
 from conformance.contract import Declaration
-from conformance.harness.cases import random_case, random_mask
-from conformance.harness.dropout_vjp import dropout_vjp, keep_scale_for, lift
+from conformance.harness.cases.build import random_case, random_mask
+from conformance.harness.judge.dropout_vjp import dropout_vjp, keep_scale_for, lift
 
 torch = pytest.importorskip("torch")
 

@@ -1,4 +1,4 @@
-"""The error model (harness.tolerance, harness.ensemble) against its own claims.
+"""The error model (harness.judge.tolerance, harness.judge.ensemble) against its own claims.
 
 * Every same-precision ensemble member stays inside the first-order bound, forward, observed
   weights and backward, on varied cases (shapes, GQA, masks, causal, biases, large logits): the
@@ -17,11 +17,11 @@ import pytest
 from conformance import oracle
 from conformance.clauses.test_mask_kinds import dominant_blocked_case
 from conformance.contract import DTYPES, Declaration
-from conformance.harness import compare, ensemble, tolerance
-from conformance.harness.cases import random_case, random_mask
-from conformance.harness.guarded import GuardedAdapter
-from conformance.harness.probes import probe_case
-from conformance.harness.report import ClauseViolation
+from conformance.harness.calls.guarded import GuardedAdapter
+from conformance.harness.calls.probes import probe_case
+from conformance.harness.cases.build import random_case, random_mask
+from conformance.harness.judge import compare, ensemble, tolerance
+from conformance.harness.spec.report import ClauseViolation
 
 DECL = Declaration()
 

@@ -1,6 +1,6 @@
 """``--expectations``: known deviations run as expected failures, a fixed one is a stale expectation.
 
-The file format and its errors are checked directly (harness.expectations); the rest through small
+The file format and its errors are checked directly (harness.records.expectations); the rest through small
 in-process pytest runs of two clause files against self-test kernels: ``MaskSenseInverted`` (reads
 the boolean mask the wrong way round: fails four clauses of those files) and ``BaseKernel``, the
 same kernel with the bug fixed. The runs' plan is cut to the clauses of those files, so that the
@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from conformance import catalog
-from conformance.harness import expectations, runstate
-from conformance.harness.expectations import ExpectationsError, choose_files, load
+from conformance.harness.records import expectations
+from conformance.harness.records.expectations import ExpectationsError, choose_files, load
+from conformance.harness.run import runstate
 
 pytest_plugins = ["pytester"]
 pytestmark = pytest.mark.usefixtures("restore_hypothesis_profile")
@@ -104,7 +105,7 @@ def test_which_file_applies(tmp_path, monkeypatch):
 def test_every_shipped_file_loads():
     """A built-in adapter's own file (implementations/expectations/*.toml) names real clauses and dtypes."""
     shipped = sorted(expectations.expectations_dir().glob("*.toml"))
-    from conformance.harness import registry
+    from conformance.harness.calls import registry
 
     for path in shipped:
         assert path.stem in registry.builtin_names(), f"{path.name}: no built-in adapter {path.stem!r}"

@@ -18,8 +18,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from conformance import oracle_variants
-from conformance.harness import registry, signatures
-from conformance.harness.cases import random_case
+from conformance.harness.calls import registry, signatures
+from conformance.harness.cases.build import random_case
 from implementations.flash_attn_function import (
     FLASH_ATTN_DEFAULTS,
     FLASH_ATTN_VARLEN_DEFAULTS,

@@ -40,7 +40,7 @@ def test_policy_follows_the_mask_kind_received(combined):
 
 
 def test_sdpa_signature_functions_receive_one_combined_mask():
-    from conformance.harness import registry
+    from conformance.harness.calls import registry
 
     res = registry.resolve("tests.folded_kernels:bool_mean_v_float_nan")
     assert res.adapter.declaration.masks_combined

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from conformance import catalog
-from conformance.harness import matrix_html, matrix_markdown
-from conformance.harness.matrix_build import build_matrix
-from conformance.harness.matrix_fields import likely_cause_lines, run_options, split_citation
+from conformance.harness.records import matrix_html, matrix_markdown
+from conformance.harness.records.matrix_build import build_matrix
+from conformance.harness.records.matrix_fields import likely_cause_lines, run_options, split_citation
 
 ROOT = Path(__file__).resolve().parents[1]
 EVIL = "<script>alert(1)</script>"
@@ -38,7 +38,7 @@ WORKED = "003_648455d5abd16778.txt Worked Example: \u201co = [1, 2]\u201d"
 
 
 def certificate(spec: str, clauses: dict, *, verdict: str = "CONFORMS", failures=(), command="", **extra) -> dict:
-    """A certificate document in harness.certificate.build's format, reduced to what the matrix reads."""
+    """A certificate document in harness.run.certificate.build's format, reduced to what the matrix reads."""
     entry = {
         "spec": spec,
         "name": spec,
@@ -288,8 +288,8 @@ def test_the_command_certifies_writes_both_files_and_its_cells_reproduce(tmp_pat
 
 
 def test_kernel_libraries_name_the_kernels_own_library_not_the_contracts():
-    from conformance.harness import registry
-    from conformance.harness.environment import kernel_libraries
+    from conformance.harness.calls import registry
+    from conformance.harness.calls.environment import kernel_libraries
 
     assert list(kernel_libraries(registry.resolve("numpy").adapter)) == ["numpy"]
     # a module of this checkout's tests package is not the stray `tests` package a wheel (mlx's) ships
@@ -305,7 +305,7 @@ def test_kernel_libraries_name_the_kernels_own_library_not_the_contracts():
 
 def test_the_default_columns_are_every_available_builtin_and_the_rest_say_why():
     from conformance import matrix
-    from conformance.harness import registry
+    from conformance.harness.calls import registry
 
     usable, unavailable = matrix.probe_builtins()
     assert "numpy" in usable

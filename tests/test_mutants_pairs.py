@@ -13,9 +13,10 @@ from __future__ import annotations
 import pytest
 
 from conformance.clauses.test_covering import SEED
-from conformance.harness import compare, covering
-from conformance.harness.guarded import GuardedAdapter
-from conformance.harness.pairs_cases import build
+from conformance.harness.calls.guarded import GuardedAdapter
+from conformance.harness.cases import covering
+from conformance.harness.cases.pairs_cases import build
+from conformance.harness.judge import compare
 from tests.mutants import MUTANTS
 from tests.mutants_pairs import FEATURES
 

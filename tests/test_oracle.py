@@ -11,7 +11,7 @@ import pytest
 
 from conformance import oracle
 from conformance.contract import Case
-from conformance.harness.cases import random_case, random_mask
+from conformance.harness.cases.build import random_case, random_mask
 
 
 def test_worked_example_from_003():

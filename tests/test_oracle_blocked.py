@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from conformance import oracle
-from conformance.harness.cases import random_case, random_mask
+from conformance.harness.cases.build import random_case, random_mask
 
 TOL = 1e-12
 

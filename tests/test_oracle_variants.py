@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from conformance import oracle, oracle_variants
-from conformance.harness.cases import random_case, random_mask
+from conformance.harness.cases.build import random_case, random_mask
 
 
 def loop_variant(case, alignment: str) -> tuple[np.ndarray, np.ndarray]:
@@ -349,13 +349,13 @@ def test_sinks_match_the_loop_and_lower_to_one_more_key(alignment):
 
 
 def test_the_sink_definition_is_jax_s_own_text():
-    """The stored excerpt (conformance.harness.sink_definitions) is the installed jax's source, unchanged,
+    """The stored excerpt (conformance.harness.spec.sink_definitions) is the installed jax's source, unchanged,
     when the installed jax is the release it names."""
     import os
 
     import jax
 
-    from conformance.harness.sink_definitions import JAX_SPLASH_REFERENCE as doc
+    from conformance.harness.spec.sink_definitions import JAX_SPLASH_REFERENCE as doc
 
     if f"jax-{jax.__version__}" != doc.commit:
         pytest.skip(f"installed jax {jax.__version__}, the excerpt is from {doc.commit}")

@@ -19,8 +19,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conformance.harness import perf_errors, perf_memory, perf_scaling, perf_svg, perf_timing
-from conformance.harness.perf_grid import DECODE, PREFILL, Row, case_for, rows
+from conformance.harness.perf import errors as perf_errors
+from conformance.harness.perf import memory as perf_memory
+from conformance.harness.perf import scaling as perf_scaling
+from conformance.harness.perf import svg as perf_svg
+from conformance.harness.perf import timing as perf_timing
+from conformance.harness.perf.grid import DECODE, PREFILL, Row, case_for, rows
 
 ROOT = Path(__file__).resolve().parents[1]
 ROW_FIELDS = {"key", "kind", "B", "Hq", "Hkv", "T", "S", "D", "dtype", "causal", "pass", "p50_s", "p90_s", "p99_s"}

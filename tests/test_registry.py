@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from conformance.contract import Declaration
-from conformance.harness import registry
+from conformance.harness.calls import registry
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,12 +1,12 @@
 """The case space (issue 10): the drawn configurations, their coverage cells, and fail-fast order.
 
-* ``harness.strategies.configs`` draws only what a declaration admits, and its rows blocked entirely
+* ``harness.cases.strategies.configs`` draws only what a declaration admits, and its rows blocked entirely
   respect the declared policies (it never draws a case whose fill the declaration leaves undefined);
 * a failing drawn clause prints a shrunk case whose shape, mask and values are small and readable;
-* ``harness.coverage`` classifies cases into the cells the issue names ("padding [B,1,1,S] x
+* ``harness.run.coverage`` classifies cases into the cells the issue names ("padding [B,1,1,S] x
   T == S", "float -inf row", "GQA 8:1 x decode T = 1", ...), admits cells by declaration, lists the
   admitted cells a run never reached, and sums the same counts under pytest-xdist as serially;
-* ``harness.ordering`` runs the cheap broad clauses first, and those clauses catch the typical bugs.
+* ``harness.run.ordering`` runs the cheap broad clauses first, and those clauses catch the typical bugs.
 """
 
 from __future__ import annotations
@@ -23,9 +23,11 @@ from hypothesis import strategies as st
 
 from conformance import oracle
 from conformance.contract import Declaration
-from conformance.harness import coverage, ordering, strategies
-from conformance.harness.cases import random_case
-from conformance.harness.guarded import GuardedAdapter
+from conformance.harness.calls.guarded import GuardedAdapter
+from conformance.harness.cases import strategies
+from conformance.harness.cases.build import random_case
+from conformance.harness.records import coverage_tables
+from conformance.harness.run import coverage, ordering
 from tests.clause_runner import load_clauses, run_clause
 from tests.mutants import MUTANTS
 
@@ -157,12 +159,12 @@ def test_admitted_cells_follow_the_declaration():
 def test_table_lists_admitted_cells_never_reached():
     decl = DECLARATIONS["everything"]
     reached = Counter({"causal × T == S": 3, "GQA 8:1 × decode T = 1": 1, "not a cell": 5})
-    rec = coverage.table(reached, decl)
+    rec = coverage_tables.cells_table(reached, decl)
     assert rec["reached"] == 2 and rec["admitted"] == len(coverage.admitted(decl))
     assert "GQA 8:1 × decode T = 1" not in rec["not_reached"] and "causal × T < S" in rec["not_reached"]
     assert rec["rows"]["causal"]["T == S"] == 3 and rec["rows"]["GQA 8:1"]["T < S"] == 0
     assert rec["rows"]["bool mask [B,1,T,S]"]["decode T = 1"] is None
-    text = "\n".join(coverage.render_markdown(rec))
+    text = "\n".join(coverage_tables.cells_markdown(rec))
     assert "| causal | **0** | 3 |" in text and "never reached in this run: " in text and "causal × T < S" in text
 
 

@@ -1,5 +1,5 @@
 """The variant clauses that spread their cases over the dtypes for kernels compiling per shape (ci
-profile, conformance.harness.buckets.spread) still catch every mutant they claim there.
+profile, conformance.harness.cases.buckets.spread) still catch every mutant they claim there.
 
 test_clauses_bite.py runs the mutants as kernels that do not compile per shape (every case in every
 dtype); here they run behind ``compiles_per_shape = True``, as jax does, where each case of
@@ -30,7 +30,7 @@ def test_spread_variant_clauses_still_kill(clause_id, mutant):
 
 @pytest.mark.parametrize("clause_id", SPREAD)
 def test_spread_variant_clauses_pass_the_correct_kernel(clause_id):
-    from conformance.harness import buckets
+    from conformance.harness.cases import buckets
     from tests.mutants_variants import VariantKernel
 
     info = CLAUSES[clause_id]

@@ -1,4 +1,4 @@
-"""The verdict rule (harness.verdict) and its negative controls: kernels that try to earn CONFORMS
+"""The verdict rule (harness.records.verdict) and its negative controls: kernels that try to earn CONFORMS
 without being checked never get it, and their runs exit non-zero."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.harness import verdict as V
+from conformance.harness.records import verdict as V
 
 ROOT = Path(__file__).resolve().parents[1]
 pytest_plugins = ["pytester"]
@@ -149,7 +149,7 @@ ALL_PASS = [_r("A-01", d, V.PASSED, cases_run=1) for d in PLAN["A-01"]] + [
 
 def test_declared_deviations_conform_as_declared_and_list_their_sentence():
     from conformance.contract import Declaration
-    from conformance.harness.deviations import deviations
+    from conformance.harness.records.deviations import deviations
 
     assert deviations(Declaration()) == []  # the spec's own conventions
     open_ones = Declaration(mask_sense="attend", causal_alignment="bottom-right", lse_base="2", lse_empty="+inf")
@@ -194,7 +194,7 @@ def test_the_builtins_verdict_words_in_a_real_run(tmp_path, monkeypatch, pyteste
     One clause file, with the run's plan cut to its clauses so that the verdict is a whole one."""
     pytest.importorskip("jax")
     from conformance import catalog
-    from conformance.harness import runstate
+    from conformance.harness.run import runstate
 
     plan = {
         c: d for c, d in runstate.planned_dtypes().items() if catalog.load()[c].module.endswith(".test_worked_example")
@@ -228,7 +228,7 @@ def test_the_builtins_verdict_words_in_a_real_run(tmp_path, monkeypatch, pyteste
 def test_a_declare_override_that_departs_from_the_spec_is_a_declared_deviation(monkeypatch, pytester_runner):
     """The rule reads the final declaration: --declare all_blocked=nan on a kernel that NaNs such rows."""
     from conformance import catalog
-    from conformance.harness import runstate
+    from conformance.harness.run import runstate
 
     mine = {c for c, info in catalog.load().items() if info.module.endswith(".test_masks")}
     plan = {c: d for c, d in runstate.planned_dtypes().items() if c in mine}

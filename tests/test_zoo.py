@@ -34,8 +34,8 @@ import pytest
 
 from conformance import oracle
 from conformance.contract import DTYPES
-from conformance.harness import runstate
-from conformance.harness.cases import random_case
+from conformance.harness.cases.build import random_case
+from conformance.harness.run import runstate
 from tests.clause_runner import dtypes_for, load_clauses, run_clause
 from tests.zoo_kernels import ZOO
 from tests.zoo_more import MORE

@@ -3,7 +3,7 @@
 Each kernel computes softmax(QK^T * scale + M) V the way some production kernel does, in that
 kernel's precision and order of operations, and each must CONFORM on every clause
 (tests/test_zoo.py). They are written here from the descriptions of the kernels they imitate, not
-from ``conformance.harness.ensemble`` (nothing of the harness or the oracle is imported), so that
+from ``conformance.harness.judge.ensemble`` (nothing of the harness or the oracle is imported), so that
 an allowance too tight for some honest formulation shows up as a zoo failure rather than being
 sized from the same code that it is tested with.
 

@@ -6,7 +6,7 @@ descriptions of further formulations production kernels use. Each must CONFORM o
 (tests/test_zoo.py registers them). A failure of one of them is a false alarm of the suite unless
 the kernel is in fact wrong by the spec; docs/tolerance.md records what was found. Long because it
 is one job, a catalogue of kernels that must sit side by side to be compared (each some 20-40
-lines); splitting it would only scatter the catalogue (as harness/ensemble.py says of its members).
+lines); splitting it would only scatter the catalogue (as harness/judge/ensemble.py says of its members).
 
 ==============================  =================================================================
 kernel                          what it imitates

@@ -1,7 +1,7 @@
 """§3 of 000_f3dcd408372d9e02.txt: the kernel computes softmax(QK^T/sqrt(d_k) + M) V.
 
 Property-based over the whole case space the kernel's declaration admits
-(``harness.strategies.configs``): T < S, T == S, T > S with T = 1 and S = 1, B and H > 1, GQA
+(``harness.cases.strategies.configs``): T < S, T == S, T > S with T = 1 and S = 1, B and H > 1, GQA
 ratios 1..8, Dk != Dv, head dims off the multiples of 8 and tile-tail lengths, every broadcast form
 of a boolean and of an additive mask and both together, rows blocked entirely (the declared policy
 applied), causal with and without masks, custom scales, non-contiguous and stride-0 inputs. Values
@@ -15,9 +15,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance.harness import compare
-from conformance.harness.clause import Source, clause
-from conformance.harness.strategies import aiming, configs, examples, space_for
+from conformance.harness.cases.strategies import configs, examples, space_for
+from conformance.harness.judge import compare
+from conformance.harness.spec.clause import Source, clause
 
 FORMULA = Source(
     "000",
@@ -48,5 +48,5 @@ FORMULA = Source(
 def test_agrees_with_oracle(impl, dtype, data):
     drawn = data.draw(configs(impl.declaration, dtype, sp=space_for(impl)), label="case")
     impl.require(drawn.case)  # never rejects: the strategy draws only what the declaration admits
-    with aiming():
+    with compare.aiming():
         compare.assert_output_matches(impl, drawn.case)

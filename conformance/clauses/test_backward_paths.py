@@ -16,11 +16,11 @@ from __future__ import annotations
 import numpy as np
 
 from conformance.contract import Case
-from conformance.harness import compare
-from conformance.harness.cases import cast, random_case, rng_for
-from conformance.harness.clause import Source, clause
-from conformance.harness.guarded import GuardedAdapter
-from conformance.harness.report import fail
+from conformance.harness.calls.guarded import GuardedAdapter
+from conformance.harness.cases.build import cast, random_case, rng_for
+from conformance.harness.judge import compare
+from conformance.harness.spec.clause import Source, clause
+from conformance.harness.spec.report import fail
 
 LAYOUT = Source("003", "工程实现", "若结果异常，先核对实际 backend 和输入布局，再看 kernel 本身。")
 CHECK_GRADS = Source(
@@ -30,7 +30,7 @@ CHECK_GRADS = Source(
 )
 GRAD_RULE = (
     "per element, max(first-order bound of a FlashAttention-style backward, 2 x spread of the "
-    "same-precision backward ensemble) (harness.tolerance.grad_bound)"
+    "same-precision backward ensemble) (harness.judge.tolerance.grad_bound)"
 )
 
 

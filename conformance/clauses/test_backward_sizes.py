@@ -18,12 +18,13 @@ from conformance.clauses.test_state_between_calls import FUNCTION_OF_INPUTS
 from conformance.clauses.test_variants import WINDOW_DEF
 from conformance.clauses.test_varlen import CU_SEQLENS, ragged
 from conformance.contract import np_dtype
-from conformance.harness import buckets, compare
-from conformance.harness.cases import random_case
-from conformance.harness.clause import clause
-from conformance.harness.expected import expected_vjp, grad_allowance
-from conformance.harness.report import fail
-from conformance.harness.variant_vjp import assert_variant_vjp
+from conformance.harness.cases import buckets
+from conformance.harness.cases.build import random_case
+from conformance.harness.judge import compare
+from conformance.harness.judge.expected import expected_vjp, grad_allowance
+from conformance.harness.judge.variant_vjp import assert_variant_vjp
+from conformance.harness.spec.clause import clause
+from conformance.harness.spec.report import fail
 
 
 def _cotangent(case, dtype: str, seed: int) -> np.ndarray:

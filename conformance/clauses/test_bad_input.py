@@ -9,7 +9,7 @@ Cases are passed with ``impl.call_raw``: the declaration is not consulted for th
 A rejection counts only when it is an exception of a class the kernel documents
 (``Declaration.rejects_with``; ``NotApplicable`` never), and each bad input comes with its valid
 neighbour, the same case with the one defect repaired, which the kernel must accept and answer as
-the oracle does: a kernel that raises on everything rejects nothing (``conformance.harness.rejection``).
+the oracle does: a kernel that raises on everything rejects nothing (``conformance.harness.judge.rejection``).
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from __future__ import annotations
 import numpy as np
 
 from conformance.contract import Case, NotApplicable
-from conformance.harness.cases import random_case, random_mask
-from conformance.harness.clause import Source, clause
-from conformance.harness.guarded import GuardedAdapter
-from conformance.harness.rejection import BadInput, check_rejections
-from conformance.harness.report import check, fail
+from conformance.harness.calls.guarded import GuardedAdapter
+from conformance.harness.cases.build import random_case, random_mask
+from conformance.harness.judge.rejection import BadInput, check_rejections
+from conformance.harness.spec.clause import Source, clause
+from conformance.harness.spec.report import check, fail
 
 PRECONDITIONS = Source(
     "000",

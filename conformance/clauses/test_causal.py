@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.harness import buckets, compare, tolerance
-from conformance.harness.cases import random_case, random_mask
-from conformance.harness.clause import Source, clause
-from conformance.harness.probes import observe_weights
-from conformance.harness.report import ClauseViolation, fail, mismatch_report
+from conformance.harness.calls.probes import observe_weights
+from conformance.harness.cases import buckets
+from conformance.harness.cases.build import random_case, random_mask
+from conformance.harness.judge import compare, tolerance
+from conformance.harness.spec.clause import Source, clause
+from conformance.harness.spec.report import ClauseViolation, fail, mismatch_report
 
 TRIANGLE = Source("000", "§7.2 Causal Mask", "禁止区域是注意力矩阵的严格上三角")
 OFFSET = Source("000", "§9 一个最小 Shape 测试", "带 KV Cache 的非方阵因果屏蔽也需要考虑位置偏移。")

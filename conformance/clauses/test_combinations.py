@@ -16,12 +16,13 @@ from __future__ import annotations
 import numpy as np
 
 from conformance.contract import Case
-from conformance.harness import buckets, compare
-from conformance.harness.cases import random_case, random_mask, rng_for
-from conformance.harness.clause import Source, clause
-from conformance.harness.guarded import GuardedAdapter
-from conformance.harness.probes import observe_weights
-from conformance.harness.report import check, fail
+from conformance.harness.calls.guarded import GuardedAdapter
+from conformance.harness.calls.probes import observe_weights
+from conformance.harness.cases import buckets
+from conformance.harness.cases.build import random_case, random_mask, rng_for
+from conformance.harness.judge import compare
+from conformance.harness.spec.clause import Source, clause
+from conformance.harness.spec.report import check, fail
 
 BOTH = Source(
     "000",
@@ -158,7 +159,7 @@ def test_key_padding_self_attention(impl, dtype):
     if not (decl.bool_mask or decl.float_mask):
         impl.not_applicable("declares neither a boolean nor an additive float mask")
     kinds = [False] * decl.bool_mask + [True] * decl.float_mask
-    # A kernel compiling per shape checks each kind in one dtype per ci run (harness.buckets.spread).
+    # A kernel compiling per shape checks each kind in one dtype per ci run (harness.cases.buckets.spread).
     for i, additive in buckets.spread(impl, dtype, list(enumerate(kinds))):
         case = _padding_lengths_case(dtype, 360 + i, (7, 4, 1), 7, additive=additive)
         impl.require(case)

@@ -2,10 +2,10 @@
 
 Faults that need two ordinary features to meet (a GQA ratio and a [1,H,T,S] mask, a transposed view
 and an additive M, Dv != Dk and causal) pass clauses that test each feature alone, and a drawn space
-gives no guarantee about pairs. The value-class table (``harness.pairs_space``, docs/case-space.md)
-names the classes; ``harness.covering`` builds, from the declaration alone, a covering array in which
+gives no guarantee about pairs. The value-class table (``harness.cases.pairs_space``, docs/case-space.md)
+names the classes; ``harness.cases.covering`` builds, from the declaration alone, a covering array in which
 every admitted pair of classes (ci profile; every triple in thorough) is one row; each row is one small
-case (``harness.pairs_cases``) compared with the float64 oracle under the error model, forward
+case (``harness.cases.pairs_cases``) compared with the float64 oracle under the error model, forward
 (COVER-PAIRS-01) and, where the kernel declares a backward, dQ/dK/dV (COVER-PAIRS-GRAD-02). The
 direction is itself a parameter, so the two clauses split the rows between them.
 
@@ -16,12 +16,14 @@ while the row still fails, so the report names the fewest non-default classes th
 
 from __future__ import annotations
 
-from conformance.harness import compare, covering, pair_coverage
-from conformance.harness.clause import Source, clause
-from conformance.harness.guarded import GuardedAdapter
-from conformance.harness.pairs_cases import build, row_reasons
-from conformance.harness.pairs_space import PARAMETERS
-from conformance.harness.report import ClauseViolation
+from conformance.harness.calls.guarded import GuardedAdapter
+from conformance.harness.cases import covering
+from conformance.harness.cases.pairs_cases import build, row_reasons
+from conformance.harness.cases.pairs_space import PARAMETERS
+from conformance.harness.judge import compare
+from conformance.harness.run import pair_coverage
+from conformance.harness.spec.clause import Source, clause
+from conformance.harness.spec.report import ClauseViolation
 
 FORMULA = Source(
     "000",

@@ -11,9 +11,10 @@ shape in one of its dtypes (``buckets.spread``): every shape once per run instea
 from __future__ import annotations
 
 from conformance.contract import Case
-from conformance.harness import buckets, compare
-from conformance.harness.cases import random_case
-from conformance.harness.clause import Source, clause
+from conformance.harness.cases import buckets
+from conformance.harness.cases.build import random_case
+from conformance.harness.judge import compare
+from conformance.harness.spec.clause import Source, clause
 
 CROSS = Source("000", "§6.2 Cross-Attention", "因此，实现注意力时不能把 $K$ 、 $V$ 强行 reshape 成 Query 的长度 $T$ 。")
 KEY_AXIS = Source("003", "输入与输出", "Softmax 沿最后一维 T_k 归一化。")

@@ -14,10 +14,10 @@ from __future__ import annotations
 import numpy as np
 
 from conformance.clauses.test_determinism import NOT_BITWISE
-from conformance.harness.cases import random_case
-from conformance.harness.clause import clause
-from conformance.harness.guarded import GuardedAdapter
-from conformance.harness.report import fail
+from conformance.harness.calls.guarded import GuardedAdapter
+from conformance.harness.cases.build import random_case
+from conformance.harness.spec.clause import clause
+from conformance.harness.spec.report import fail
 
 
 def _needs(impl: GuardedAdapter, field: str) -> None:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.harness import buckets
-from conformance.harness.cases import random_case, random_mask
-from conformance.harness.clause import Source, clause
-from conformance.harness.guarded import GuardedAdapter
-from conformance.harness.report import fail
+from conformance.harness.calls.guarded import GuardedAdapter
+from conformance.harness.cases import buckets
+from conformance.harness.cases.build import random_case, random_mask
+from conformance.harness.spec.clause import Source, clause
+from conformance.harness.spec.report import fail
 
 NOT_BITWISE = Source(
     "003",
@@ -45,7 +45,7 @@ def _first_difference(a: np.ndarray, b: np.ndarray) -> str:
 def test_repeatable(impl, dtype):
     _needs(impl, "deterministic")
     # S = 40 spans more than one key tile of a tiled kernel; a kernel compiling per shape gets the
-    # palette's T < S shape in the ci profile (harness.buckets: with its [B,1,T,S] mask, forward and
+    # palette's T < S shape in the ci profile (harness.cases.buckets: with its [B,1,T,S] mask, forward and
     # backward are programs the golden set compiles already).
     shape = buckets.dims(impl, "cross", B=2, Hq=2, T=9, S=40, Dk=16)
     B, T, S, D = shape["B"], shape["T"], shape["S"], shape["Dv"]

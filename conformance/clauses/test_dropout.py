@@ -14,12 +14,12 @@ import math
 import numpy as np
 
 from conformance.contract import Case
-from conformance.harness import compare
-from conformance.harness.cases import cast, random_case, random_mask
-from conformance.harness.clause import Source, clause
-from conformance.harness.guarded import GuardedAdapter
-from conformance.harness.probes import observe_weights
-from conformance.harness.report import check, fail
+from conformance.harness.calls.guarded import GuardedAdapter
+from conformance.harness.calls.probes import observe_weights
+from conformance.harness.cases.build import cast, random_case, random_mask
+from conformance.harness.judge import compare
+from conformance.harness.spec.clause import Source, clause
+from conformance.harness.spec.report import check, fail
 
 ORDER = Source("000", "§7.3 Mask 应加在 softmax 之前", "QK^T / sqrt(dk) → 加 Mask → softmax → dropout → 乘 V")
 RETURNED = Source(

@@ -12,7 +12,7 @@ How: the forward of one call is revealed (its own weights when it returns them, 
 that O = W up to one rounding); the same seed must reproduce it (else there is no mask to check the
 backward against: the contract's Case.seed "seeds anything random in the kernel", as DROPOUT-SEED-04
 requires too); then vjp(case, dO) with that seed is compared with the exact gradient for that mask
-(``harness.dropout_vjp``: the mask lifted into the values, so the oracle's VJP and the GRAD clauses'
+(``harness.judge.dropout_vjp``: the mask lifted into the values, so the oracle's VJP and the GRAD clauses'
 allowance apply unchanged). p = 3/4 makes 1/(1 - p) = 4 exact in every dtype (and 1/p = 4/3 differs
 from it); one case in the ci profile, three seeds at p = 3/4 and 1/2 in thorough. No statistical version: with the mask revealed, every backward bug above is a
 deterministic mismatch, and the average over seeds would only add false-positive risk.
@@ -24,18 +24,18 @@ import numpy as np
 
 from conformance import oracle
 from conformance.contract import Case
-from conformance.harness import compare, tolerance
-from conformance.harness.cases import random_case, random_mask
-from conformance.harness.clause import Source, clause
-from conformance.harness.dropout_vjp import dropout_vjp, keep_scale_for
-from conformance.harness.guarded import GuardedAdapter
-from conformance.harness.probes import observe_weights, probe_case
-from conformance.harness.profiles import profile_name
-from conformance.harness.report import ClauseViolation, check, fail, mismatch_report
+from conformance.harness.calls.guarded import GuardedAdapter
+from conformance.harness.calls.probes import observe_weights, probe_case
+from conformance.harness.cases.build import random_case, random_mask
+from conformance.harness.cases.profiles import profile_name
+from conformance.harness.judge import compare, tolerance
+from conformance.harness.judge.dropout_vjp import dropout_vjp, keep_scale_for
+from conformance.harness.spec.clause import Source, clause
+from conformance.harness.spec.report import ClauseViolation, check, fail, mismatch_report
 
 INVERTED = Source("000", "§8 最小 PyTorch 实现", "weights = F.dropout(weights, p=dropout_p, training=training)")
 
-P_DROP = 0.75  # 1/(1 - p) = 4: Z ⊙ V exact in every dtype (harness.dropout_vjp.lift)
+P_DROP = 0.75  # 1/(1 - p) = 4: Z ⊙ V exact in every dtype (harness.judge.dropout_vjp.lift)
 
 
 def _plan() -> list[tuple[int, float]]:
@@ -147,7 +147,7 @@ def _hint(impl: GuardedAdapter, case: Case, z: np.ndarray, grads, grad_out: np.n
     ],
     tolerance="the GRAD clauses' allowance (first-order bound of a FlashAttention-style backward, 2 x ensemble "
     "spread) of the mask lifted into the values, one dropout-free row per item; dK and dV add the sum over rows "
-    "(gamma(T g) x absolute contributions, one rounding) (harness.dropout_vjp)",
+    "(gamma(T g) x absolute contributions, one rounding) (harness.judge.dropout_vjp)",
 )
 def test_dropout_backward(impl, dtype):
     if not impl.declaration.dropout:
@@ -165,7 +165,7 @@ def _check_backward(impl: GuardedAdapter, case: Case, seed: int) -> None:
     grads = impl.vjp(case, grad_out)
     decl = impl.declaration
     want, allowed = dropout_vjp(case, z, grad_out, decl)
-    rule = "harness.dropout_vjp: " + tolerance.describe(decl.tolerance_dtype(case), "gradient")
+    rule = "harness.judge.dropout_vjp: " + tolerance.describe(decl.tolerance_dtype(case), "gradient")
     for name, got, exp, allow in zip(("dq", "dk", "dv"), grads, want, allowed):
         g = np.asarray(got, dtype=np.float64)
         if (~np.isfinite(g)).any():

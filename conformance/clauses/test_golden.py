@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 
 from conformance import fixtures
-from conformance.harness import compare, tolerance
-from conformance.harness.clause import Source, clause
-from conformance.harness.guarded import UndeclaredRefusal
-from conformance.harness.probes import observe_weights
-from conformance.harness.report import ClauseViolation, fail, mismatch_report
+from conformance.harness.calls.guarded import UndeclaredRefusal
+from conformance.harness.calls.probes import observe_weights
+from conformance.harness.judge import compare, tolerance
+from conformance.harness.spec.clause import Source, clause
+from conformance.harness.spec.report import ClauseViolation, fail, mismatch_report
 
 CHECK_FIXED = Source(
     "003",
@@ -85,7 +85,7 @@ def _check_fixture(impl, fx: fixtures.GoldenFixture) -> list[str]:
         "mean_v_on_all_blocked",
         "causal_bottom_right_undeclared",
     ],
-    tolerance="the error model (harness.tolerance) of each fixture's case, against the stored expectation",
+    tolerance="the error model (harness.judge.tolerance) of each fixture's case, against the stored expectation",
 )
 def test_golden(impl, dtype):
     try:

@@ -17,10 +17,11 @@ from __future__ import annotations
 import numpy as np
 
 from conformance.contract import DTYPES, Case
-from conformance.harness import buckets, compare
-from conformance.harness.cases import random_case
-from conformance.harness.clause import Source, clause
-from conformance.harness.rejection import BadInput, check_rejections
+from conformance.harness.cases import buckets
+from conformance.harness.cases.build import random_case
+from conformance.harness.judge import compare
+from conformance.harness.judge.rejection import BadInput, check_rejections
+from conformance.harness.spec.clause import Source, clause
 from conformance.oracle import expand_kv
 
 GQA = Source(

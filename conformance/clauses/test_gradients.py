@@ -2,7 +2,7 @@
 
 The oracle's VJP is float64 and analytic (dS = P * (dP - rowsum(dP * P)), dQ = scale * dS K,
 dK = scale * dS^T Q summed over the query heads of a GQA group, dV = P^T dO likewise summed), on the
-inputs the kernel receives. The gradient allowance is the error model's (``harness.tolerance.grad_bound`` and the ensemble).
+inputs the kernel receives. The gradient allowance is the error model's (``harness.judge.tolerance.grad_bound`` and the ensemble).
 """
 
 from __future__ import annotations
@@ -12,12 +12,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance.contract import Case
-from conformance.harness import buckets, compare
-from conformance.harness.cases import random_case, random_mask
-from conformance.harness.clause import Source, clause
-from conformance.harness.guarded import GuardedAdapter
-from conformance.harness.report import check
-from conformance.harness.strategies import aiming, configs, examples, space_for
+from conformance.harness.calls.guarded import GuardedAdapter
+from conformance.harness.cases import buckets
+from conformance.harness.cases.build import random_case, random_mask
+from conformance.harness.cases.strategies import configs, examples, space_for
+from conformance.harness.judge import compare
+from conformance.harness.spec.clause import Source, clause
+from conformance.harness.spec.report import check
 
 BACKWARD = Source(
     "003",
@@ -36,7 +37,7 @@ NAN_BACKWARD = Source(
 )
 GRAD_RULE = (
     "per element, max(first-order bound of a FlashAttention-style backward, 2 x spread of the "
-    "same-precision backward ensemble) (harness.tolerance.grad_bound)"
+    "same-precision backward ensemble) (harness.judge.tolerance.grad_bound)"
 )
 
 
@@ -102,7 +103,7 @@ def test_vjp_matches_oracle(impl, dtype):
     cases = _supported(impl, vjp_cases(dtype))
     if cases[0].label == "plain":  # the Dk == Dv variant only stands in for kernels that need Dk == Dv
         cases = [c for c in cases if c.label != "plain Dk=Dv"]
-    # A kernel compiling per shape checks each feature in one dtype per ci run (harness.buckets.spread;
+    # A kernel compiling per shape checks each feature in one dtype per ci run (harness.cases.buckets.spread;
     # GRAD-VJP-SPACE-04 meets the features together in every dtype).
     for i, case in buckets.spread(impl, dtype, list(enumerate(cases))):
         compare.assert_vjp_matches(impl, case, _grad_out(case, 170 + i))
@@ -128,14 +129,14 @@ def test_vjp_matches_oracle(impl, dtype):
 @examples(8)
 @given(data=st.data())
 def test_vjp_over_the_space(impl, dtype, data):
-    """The drawn variant of GRAD-VJP-01 (harness.strategies.configs, with a drawn cotangent): the
+    """The drawn variant of GRAD-VJP-01 (harness.cases.strategies.configs, with a drawn cotangent): the
     hand-built witnesses above pin one feature each; this one meets them together and shrinks a
     failure to a small case. Rows blocked entirely are drawn unless the declared fill is NaN (its
     backward is NaN by declaration)."""
     _needs_grad(impl)
     drawn = data.draw(configs(impl.declaration, dtype, sp=space_for(impl), grad=True), label="case")
     impl.require(drawn.case)  # never rejects: the strategy draws only what the declaration admits
-    with aiming():
+    with compare.aiming():
         compare.assert_vjp_matches(impl, drawn.case, drawn.grad_out)
 
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.harness import buckets, compare
-from conformance.harness.cases import random_case, random_mask, rng_for
-from conformance.harness.clause import Source, clause
-from conformance.harness.report import ClauseViolation, fail, mismatch_report
+from conformance.harness.cases import buckets
+from conformance.harness.cases.build import random_case, random_mask, rng_for
+from conformance.harness.judge import compare
+from conformance.harness.spec.clause import Source, clause
+from conformance.harness.spec.report import ClauseViolation, fail, mismatch_report
 
 LAYOUT = Source("003", "工程实现", "若结果异常，先核对实际 backend 和输入布局，再看 kernel 本身。")
 # The article computes on converted copies and never writes the caller's tensors.
@@ -101,7 +102,7 @@ def _strided(x: np.ndarray, how: str) -> np.ndarray:
     tolerance="|out(view) - out(copy)| <= 2 * the error model's allowance (two honest results of one case)",
 )
 def test_layout_independent(impl, dtype):
-    # A kernel compiling per shape gets the palette's T < S shape in the ci profile (harness.buckets).
+    # A kernel compiling per shape gets the palette's T < S shape in the ci profile (harness.cases.buckets).
     case = random_case(93, dtype=dtype, **buckets.dims(impl, "cross", B=2, Hq=3, T=5, S=7, Dk=8))
     impl.require(case)
     want = impl.forward(case)
@@ -119,7 +120,7 @@ def test_layout_independent(impl, dtype):
             impl.forward(view),
             want,
             allowed,
-            "2 * the error model's allowance (harness.tolerance)",
+            "2 * the error model's allowance (harness.judge.tolerance)",
         )
         if msg:
             raise ClauseViolation(msg, view)

@@ -16,12 +16,13 @@ import numpy as np
 
 from conformance.clauses.test_variants import DECODE, NOT_BITWISE, assert_variant_output
 from conformance.contract import CacheForm, Case
-from conformance.harness import buckets, compare
-from conformance.harness.cases import random_case
-from conformance.harness.clause import Source, clause
-from conformance.harness.definitions import Definition
-from conformance.harness.lse import assert_lse_matches
-from conformance.harness.report import ClauseViolation, mismatch_report
+from conformance.harness.cases import buckets
+from conformance.harness.cases.build import random_case
+from conformance.harness.judge import compare
+from conformance.harness.judge.lse import assert_lse_matches
+from conformance.harness.spec.clause import Source, clause
+from conformance.harness.spec.definitions import Definition
+from conformance.harness.spec.report import ClauseViolation, mismatch_report
 
 KV_DOC = "flash_attn_with_kvcache docstring"
 PAGED = Definition(

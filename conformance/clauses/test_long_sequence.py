@@ -22,10 +22,11 @@ import pytest
 
 from conformance import oracle
 from conformance.contract import Case
-from conformance.harness import compare, strategies
-from conformance.harness.cases import cast, causal_mask, random_case, rng_for
-from conformance.harness.clause import Source, clause
-from conformance.harness.report import ClauseViolation
+from conformance.harness.cases import strategies
+from conformance.harness.cases.build import cast, causal_mask, random_case, rng_for
+from conformance.harness.judge import compare
+from conformance.harness.spec.clause import Source, clause
+from conformance.harness.spec.report import ClauseViolation
 
 ALL_KEYS = Source(
     "000",
@@ -88,7 +89,7 @@ def _check(impl, case: Case) -> None:
     "with S >= 4096 (lengths just past powers of two), a key in the last partial tile or past 4096 that dominates a query's scores dominates its output",
     ALL_KEYS,
     kills=["drop_keys_beyond_4096", "low_precision_running_sum@float16", "low_precision_running_sum@bfloat16"],
-    tolerance="the error model (harness.tolerance) against forward_blocked, the blocked float64 oracle",
+    tolerance="the error model (harness.judge.tolerance) against forward_blocked, the blocked float64 oracle",
 )
 def test_tail_keys_count(impl, dtype):
     for S in NEEDLE_LENGTHS:
@@ -103,7 +104,7 @@ def test_tail_keys_count(impl, dtype):
     TILED,
     requires=["bool_mask"],
     kills=["drop_keys_beyond_4096@float32"],
-    tolerance="the error model (harness.tolerance) against forward_blocked, the blocked float64 oracle",
+    tolerance="the error model (harness.judge.tolerance) against forward_blocked, the blocked float64 oracle",
 )
 def test_long_prefix_with_padding(impl, dtype):
     """A chunk of a long causal prefill: query i (of T) sees keys j <= S - T + i, minus padded keys.

@@ -16,10 +16,10 @@ import numpy as np
 
 from conformance import oracle
 from conformance.contract import Case
-from conformance.harness import compare
-from conformance.harness.cases import cast, rng_for
-from conformance.harness.clause import Source, clause
-from conformance.harness.report import ClauseViolation
+from conformance.harness.cases.build import cast, rng_for
+from conformance.harness.judge import compare
+from conformance.harness.spec.clause import Source, clause
+from conformance.harness.spec.report import ClauseViolation
 
 ALL_KEYS = Source(
     "000",
@@ -74,7 +74,7 @@ def long_case(dtype: str, S: int, *, gqa: bool, seed: int = 420) -> Case:
         "drop_keys_beyond_16384",
         "low_precision_running_sum@float16",
     ],
-    tolerance="the error model (harness.tolerance) against forward_blocked, the blocked float64 oracle",
+    tolerance="the error model (harness.judge.tolerance) against forward_blocked, the blocked float64 oracle",
 )
 def test_long_keys_ci(impl, dtype):
     decl = impl.declaration

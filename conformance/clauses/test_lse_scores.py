@@ -13,10 +13,10 @@ no new program for it).
 from __future__ import annotations
 
 from conformance.clauses.test_variants import LSE_DEF, slopes
-from conformance.harness import buckets
-from conformance.harness.cases import random_case
-from conformance.harness.clause import clause
-from conformance.harness.lse import assert_lse_matches
+from conformance.harness.cases import buckets
+from conformance.harness.cases.build import random_case
+from conformance.harness.judge.lse import assert_lse_matches
+from conformance.harness.spec.clause import clause
 
 
 def _cases(dtype: str) -> list:

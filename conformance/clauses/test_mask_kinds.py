@@ -15,9 +15,10 @@ from __future__ import annotations
 import numpy as np
 
 from conformance.contract import Case
-from conformance.harness import buckets, compare
-from conformance.harness.cases import cast, random_case, random_mask, rng_for
-from conformance.harness.clause import Source, clause
+from conformance.harness.cases import buckets
+from conformance.harness.cases.build import cast, random_case, random_mask, rng_for
+from conformance.harness.judge import compare
+from conformance.harness.spec.clause import Source, clause
 from conformance.oracle import causal_blocked
 
 PADDING = Source(
@@ -93,7 +94,7 @@ def _broadcast_shapes(B: int, H: int, T: int, S: int) -> list[tuple[str, tuple[i
 def test_mask_broadcast_shapes(impl, dtype):
     # B == T again, so that a [T,S] mask mistaken for [B,S] padding still broadcasts.
     B, H, T, S = SHAPE
-    # A kernel compiling per shape checks each form in one dtype per ci run (harness.buckets.spread).
+    # A kernel compiling per shape checks each form in one dtype per ci run (harness.cases.buckets.spread).
     for i, (name, shape) in buckets.spread(impl, dtype, list(enumerate(_broadcast_shapes(B, H, T, S)))):
         mask = random_mask(150 + i, shape, p_blocked=0.45)
         case = random_case(150 + i, B=B, Hq=H, T=T, S=S, Dk=8, dtype=dtype, mask=mask, label=f"mask {name}")
@@ -147,7 +148,7 @@ def test_mask_sense_asymmetric(impl, dtype):
 )
 def test_all_false_mask_is_no_mask(impl, dtype):
     # B == T is not needed here: a kernel compiling per shape gets the palette's T < S shape in the
-    # ci profile (harness.buckets), whose plain and [B,1,T,S]-mask programs other clauses compile.
+    # ci profile (harness.cases.buckets), whose plain and [B,1,T,S]-mask programs other clauses compile.
     shape = buckets.dims(impl, "cross", B=SHAPE[0], Hq=SHAPE[1], T=SHAPE[2], S=SHAPE[3], Dk=8)
     B, T, S = shape["B"], shape["T"], shape["S"]
     plain = random_case(180, dtype=dtype, **shape)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.harness import buckets, compare
-from conformance.harness.cases import random_case, random_mask
-from conformance.harness.clause import Source, clause
-from conformance.harness.probes import observe_weights
-from conformance.harness.report import check, fail
+from conformance.harness.calls.probes import observe_weights
+from conformance.harness.cases import buckets
+from conformance.harness.cases.build import random_case, random_mask
+from conformance.harness.judge import compare
+from conformance.harness.spec.clause import Source, clause
+from conformance.harness.spec.report import check, fail
 
 BEFORE_SOFTMAX = Source(
     "000",
@@ -32,7 +33,7 @@ def _asymmetric_mask_case(impl, dtype: str, seed: int = 40):
 
     Asymmetry is what tells True = blocked from True = attend, and per-item masks catch kernels
     that broadcast the wrong axis. A kernel compiling per shape gets the palette's T < S shape in
-    the ci profile (harness.buckets), the golden all-blocked fixtures' program.
+    the ci profile (harness.cases.buckets), the golden all-blocked fixtures' program.
     """
     shape = buckets.dims(impl, "cross", B=2, Hq=3, T=4, S=6, Dk=8)
     mask = random_mask(seed, (shape["B"], 1, shape["T"], shape["S"]), p_blocked=0.5)
@@ -105,7 +106,7 @@ def test_all_blocked_rows(impl, dtype):
     BACKWARD,
     requires=["bool_mask", "grad"],
     kills=["nan_backward_all_blocked"],
-    tolerance="gradients: the error model (harness.tolerance.grad_bound and the backward ensemble)",
+    tolerance="gradients: the error model (harness.judge.tolerance.grad_bound and the backward ensemble)",
 )
 def test_all_blocked_backward(impl, dtype):
     case = _all_blocked_case(dtype, seed=51)

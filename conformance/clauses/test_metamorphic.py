@@ -4,7 +4,7 @@ Each clause compares the kernel with itself on two inputs whose exact answers ar
 or linearly related). The inputs are built so that the relation is exact on the numbers the kernel
 receives (shifts and combinations stay on a grid the working dtype represents exactly), so the only
 slack needed is each output's own rounding: the allowance is the sum of the two outputs' allowances
-under the error model (harness.tolerance), by the triangle inequality through the exact answer. The
+under the error model (harness.judge.tolerance), by the triangle inequality through the exact answer. The
 check itself is ``compare.assert_outputs_agree``, the same one ``compare.assert_equivalent`` ends in.
 """
 
@@ -15,12 +15,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance.contract import Case
-from conformance.harness import compare
-from conformance.harness.cases import cast, random_case, random_mask, rng_for
-from conformance.harness.clause import Source, clause
-from conformance.harness.guarded import GuardedAdapter
-from conformance.harness.report import ClauseViolation
-from conformance.harness.strategies import examples, seeds, shapes, space_for
+from conformance.harness.calls.guarded import GuardedAdapter
+from conformance.harness.cases.build import cast, random_case, random_mask, rng_for
+from conformance.harness.cases.strategies import examples, seeds, shapes, space_for
+from conformance.harness.judge import compare
+from conformance.harness.spec.clause import Source, clause
+from conformance.harness.spec.report import ClauseViolation
 
 WEIGHTED_SUM = Source("000", "§2 从单个 Query 到公式", "o = \\sum_{j=1}^{S}\\alpha_j v_j")
 MAX_SHIFT = Source(
@@ -28,9 +28,7 @@ MAX_SHIFT = Source(
 )
 ROLES = Source("000", "§1 最小直觉：一次带权检索", "Value：匹配后真正取回的信息。")
 SHAPES = Source("000", "§4 完整 Shape 检查", "weights: [B, H, T, S]")
-RULE = (
-    "|out_a - out_b| <= allowed(a) + allowed(b), each the error model's allowance (harness.tolerance) for its own case"
-)
+RULE = "|out_a - out_b| <= allowed(a) + allowed(b), each the error model's allowance (harness.judge.tolerance) for its own case"
 
 
 def _allowance(impl: GuardedAdapter, case: Case) -> np.ndarray:

@@ -17,10 +17,10 @@ from __future__ import annotations
 import numpy as np
 
 from conformance.contract import Case
-from conformance.harness import compare
-from conformance.harness.cases import cast, random_case, random_mask, rng_for
-from conformance.harness.clause import Source, clause
-from conformance.harness.guarded import GuardedAdapter
+from conformance.harness.calls.guarded import GuardedAdapter
+from conformance.harness.cases.build import cast, random_case, random_mask, rng_for
+from conformance.harness.judge import compare
+from conformance.harness.spec.clause import Source, clause
 
 CHECK_AT_SIZES = Source(
     "003", "工程实现", "验证时应固定 B、h、T_q、T_k、d、dtype、is_causal，分别检查输出容差、反向梯度、峰值显存和延迟。"

@@ -6,8 +6,8 @@ run they are reported as *not in this profile*. The gate is a fixture, so callin
 functions directly (tests/test_clauses_bite.py) always runs them.
 
 * MEM-SCALING-01 measures the peak extra memory of one forward call at T = S = S0, 2 S0, 4 S0 in a
-  fresh worker process (harness.perf_worker, harness.perf_memory says what is read on each device)
-  and classifies the growth (harness.perf_scaling). A kernel that declares
+  fresh worker process (harness.perf.worker, harness.perf.memory says what is read on each device)
+  and classifies the growth (harness.perf.scaling). A kernel that declares
   ``memory_scaling="linear"`` fails when it grows faster; every kernel's measured scaling is
   recorded for the report and the certificate.
 * BACKEND-01 asks the adapter which kernel ran (``kernel_ran``: torch's dispatched SDPA op seen by
@@ -20,13 +20,16 @@ from __future__ import annotations
 import pytest
 
 from conformance.contract import DTYPES
-from conformance.harness import compare, perf_notes, perf_run, runstate
-from conformance.harness.cases import random_case
-from conformance.harness.clause import Source, clause
-from conformance.harness.perf_driver import kernel_report
-from conformance.harness.perf_grid import PREFILL, Row, case_for
-from conformance.harness.perf_scaling import LINEAR, classify
-from conformance.harness.report import ClauseViolation
+from conformance.harness.cases.build import random_case
+from conformance.harness.judge import compare
+from conformance.harness.perf import launch as perf_run
+from conformance.harness.perf import notes as perf_notes
+from conformance.harness.perf.driver import kernel_report
+from conformance.harness.perf.grid import PREFILL, Row, case_for
+from conformance.harness.perf.scaling import LINEAR, classify
+from conformance.harness.run import runstate
+from conformance.harness.spec.clause import Source, clause
+from conformance.harness.spec.report import ClauseViolation
 
 NO_FULL_MATRIX = Source("003", "逐步推导", "FlashAttention 通过重计算和在线归一化避免保存完整矩阵。")
 SAME_API = Source("003", "工程实现", "不能仅凭调用了同一个 API 就断言实际使用了 FlashAttention。")
@@ -52,7 +55,7 @@ def _dtype_for(decl) -> str:
     "a kernel that declares linear memory never stores the T x S matrix: the peak extra memory of a forward call grows at most linearly from T = S = S0 to 4 S0 (every kernel's measured scaling is recorded)",
     NO_FULL_MATRIX,
     kills=["materialises_declares_linear"],
-    tolerance="linear: exponent from S0 to 4 S0 <= 1.3, or a peak under half of one T x S matrix (harness.perf_scaling)",
+    tolerance="linear: exponent from S0 to 4 S0 <= 1.3, or a peak under half of one T x S matrix (harness.perf.scaling)",
 )
 def test_memory_scaling(impl):
     decl = impl.declaration

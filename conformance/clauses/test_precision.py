@@ -25,10 +25,10 @@ from __future__ import annotations
 import numpy as np
 
 from conformance.contract import LOW_PRECISION, Case
-from conformance.harness import compare
-from conformance.harness.cases import cast, rng_for
-from conformance.harness.clause import Source, clause
-from conformance.harness.report import fail
+from conformance.harness.cases.build import cast, rng_for
+from conformance.harness.judge import compare
+from conformance.harness.spec.clause import Source, clause
+from conformance.harness.spec.report import fail
 
 UPCAST = Source(
     "000",

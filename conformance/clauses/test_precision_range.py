@@ -17,10 +17,10 @@ from __future__ import annotations
 import numpy as np
 
 from conformance.contract import Case
-from conformance.harness import compare
-from conformance.harness.cases import cast, random_case, rng_for
-from conformance.harness.clause import Source, clause
-from conformance.harness.report import fail
+from conformance.harness.cases.build import cast, random_case, rng_for
+from conformance.harness.judge import compare
+from conformance.harness.spec.clause import Source, clause
+from conformance.harness.spec.report import fail
 
 MAX_SUB = Source(
     "003", "逐步推导", "减去行最大值不改变 Softmax，因为分子和分母同时乘以 exp(-m_i)；它避免直接计算过大的指数。"

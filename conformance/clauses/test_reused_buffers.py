@@ -14,9 +14,10 @@ from __future__ import annotations
 import numpy as np
 
 from conformance.clauses.test_state_between_calls import FUNCTION_OF_INPUTS
-from conformance.harness import buckets, compare
-from conformance.harness.cases import random_case, random_mask
-from conformance.harness.clause import clause
+from conformance.harness.cases import buckets
+from conformance.harness.cases.build import random_case, random_mask
+from conformance.harness.judge import compare
+from conformance.harness.spec.clause import clause
 
 
 @clause(

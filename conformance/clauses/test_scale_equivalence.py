@@ -11,9 +11,10 @@ The default scale is checked the same way at Dk = 16, where 1/sqrt(Dk) = 1/4 is 
 from __future__ import annotations
 
 from conformance.contract import Case
-from conformance.harness import buckets, compare
-from conformance.harness.cases import random_case
-from conformance.harness.clause import Source, clause
+from conformance.harness.cases import buckets
+from conformance.harness.cases.build import random_case
+from conformance.harness.judge import compare
+from conformance.harness.spec.clause import Source, clause
 
 SCORE = Source("003", "逐步推导", "s_ij = q_iᵀ k_j / √d")
 WHY = "scale on the scores vs the same factor on q"

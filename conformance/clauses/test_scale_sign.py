@@ -14,9 +14,10 @@ scaled product on a negative scale, and failed correct kernels here.
 
 from __future__ import annotations
 
-from conformance.harness import buckets, compare
-from conformance.harness.cases import random_case
-from conformance.harness.clause import Source, clause
+from conformance.harness.cases import buckets
+from conformance.harness.cases.build import random_case
+from conformance.harness.judge import compare
+from conformance.harness.spec.clause import Source, clause
 
 SCORES_TIMES_SCALE = Source("003", "问题与基线", "scores = q @ k.transpose(-2, -1) * scale")
 

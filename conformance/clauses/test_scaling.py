@@ -17,11 +17,12 @@ from statistics import NormalDist
 import numpy as np
 
 from conformance.contract import DTYPES, Case
-from conformance.harness import buckets, compare
-from conformance.harness.cases import cast, random_case, rng_for
-from conformance.harness.clause import Source, clause
-from conformance.harness.probes import observe_weights
-from conformance.harness.report import fail
+from conformance.harness.calls.probes import observe_weights
+from conformance.harness.cases import buckets
+from conformance.harness.cases.build import cast, random_case, rng_for
+from conformance.harness.judge import compare
+from conformance.harness.spec.clause import Source, clause
+from conformance.harness.spec.report import fail
 
 ROWS = 4096  # B * H rows, one query and two keys each
 DIMS = (16, 64, 128, 256)

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.harness import buckets, compare
-from conformance.harness.cases import random_case
-from conformance.harness.clause import Source, clause
-from conformance.harness.report import fail
+from conformance.harness.cases import buckets
+from conformance.harness.cases.build import random_case
+from conformance.harness.judge import compare
+from conformance.harness.spec.clause import Source, clause
+from conformance.harness.spec.report import fail
 
 FUNCTION_OF_INPUTS = Source(
     "000",
@@ -31,7 +32,7 @@ FUNCTION_OF_INPUTS = Source(
     kills=["reused_accumulator", "stale_result_cache"],
 )
 def test_calls_are_independent(impl, dtype):
-    # A kernel compiling per shape gets the palette's T < S shape in the ci profile (harness.buckets).
+    # A kernel compiling per shape gets the palette's T < S shape in the ci profile (harness.cases.buckets).
     shape = dict(dtype=dtype, **buckets.dims(impl, "cross", B=2, Hq=2, T=5, S=7, Dk=8))
     a = random_case(70, label="call order A, B, A, B: case A", **shape)
     b = random_case(71, label="call order A, B, A, B: case B", **shape)

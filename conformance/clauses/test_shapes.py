@@ -11,10 +11,11 @@ values at a magnitude only the working dtype can hold. Each is compared with the
 from __future__ import annotations
 
 from conformance.contract import Case
-from conformance.harness import buckets, compare
-from conformance.harness.cases import cast, random_case, rng_for
-from conformance.harness.clause import Source, clause
-from conformance.harness.guarded import GuardedAdapter
+from conformance.harness.calls.guarded import GuardedAdapter
+from conformance.harness.cases import buckets
+from conformance.harness.cases.build import cast, random_case, rng_for
+from conformance.harness.judge import compare
+from conformance.harness.spec.clause import Source, clause
 
 OUT_SHAPE_SOURCE = Source("000", "§4 完整 Shape 检查", ("output:  [B, H, T, Dv]", "输出长度由 Query 的长度 $T$ 决定。"))
 WEIGHTS_SHAPE_SOURCE = Source(

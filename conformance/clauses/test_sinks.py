@@ -16,12 +16,12 @@ import numpy as np
 
 from conformance import oracle_variants
 from conformance.contract import Case
-from conformance.harness import compare, tolerance
-from conformance.harness.cases import random_case
-from conformance.harness.clause import clause
-from conformance.harness.lse import assert_lse_matches
-from conformance.harness.report import ClauseViolation, mismatch_report
-from conformance.harness.sink_definitions import SINKS_DEF
+from conformance.harness.cases.build import random_case
+from conformance.harness.judge import compare, tolerance
+from conformance.harness.judge.lse import assert_lse_matches
+from conformance.harness.spec.clause import clause
+from conformance.harness.spec.report import ClauseViolation, mismatch_report
+from conformance.harness.spec.sink_definitions import SINKS_DEF
 
 # Distinct per head, some below and some above a row's log-sum-exp (about log S here), in float32.
 SINKS = np.array([-1.5, 0.5, 2.0, -0.25, 1.0, 3.0], dtype=np.float32)

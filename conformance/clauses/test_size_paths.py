@@ -17,10 +17,11 @@ from conformance.clauses.test_determinism import NOT_BITWISE
 from conformance.clauses.test_inputs import LAYOUT
 from conformance.clauses.test_metamorphic import SHAPES
 from conformance.clauses.test_scale_sign import SCORES_TIMES_SCALE
-from conformance.harness import buckets, compare
-from conformance.harness.cases import random_case, random_mask
-from conformance.harness.clause import clause
-from conformance.harness.report import fail
+from conformance.harness.cases import buckets
+from conformance.harness.cases.build import random_case, random_mask
+from conformance.harness.judge import compare
+from conformance.harness.spec.clause import clause
+from conformance.harness.spec.report import fail
 
 
 @clause(

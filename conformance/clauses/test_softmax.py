@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.harness import buckets, compare
-from conformance.harness.cases import random_case
-from conformance.harness.clause import Source, clause
-from conformance.harness.probes import observe_weights
-from conformance.harness.report import check, fail
+from conformance.harness.calls.probes import observe_weights
+from conformance.harness.cases import buckets
+from conformance.harness.cases.build import random_case
+from conformance.harness.judge import compare
+from conformance.harness.spec.clause import Source, clause
+from conformance.harness.spec.report import check, fail
 
 
 @clause(
@@ -20,10 +21,10 @@ from conformance.harness.report import check, fail
         "应该沿 Key 维度，也就是分数张量的最后一维做 softmax。有有效 Key 且未启用 dropout 时，每个 Query 的权重和为 1",
     ),
     kills=["softmax_query_axis"],
-    tolerance="|row sum - 1| <= the sum over the row of the error model's weight allowances (harness.tolerance)",
+    tolerance="|row sum - 1| <= the sum over the row of the error model's weight allowances (harness.judge.tolerance)",
 )
 def test_rows_sum_to_one(impl, dtype):
-    # A kernel compiling per shape gets the palette's T < S shape in the ci profile (harness.buckets).
+    # A kernel compiling per shape gets the palette's T < S shape in the ci profile (harness.cases.buckets).
     case = random_case(30, dtype=dtype, **buckets.dims(impl, "cross", B=2, Hq=3, T=4, S=7, Dk=8))
     impl.require(case)
     w = observe_weights(impl, case)

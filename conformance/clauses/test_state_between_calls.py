@@ -15,11 +15,11 @@ from __future__ import annotations
 import numpy as np
 
 from conformance.contract import Case
-from conformance.harness import compare
-from conformance.harness.cases import cast, random_case, random_mask, rng_for
-from conformance.harness.clause import Source, clause
-from conformance.harness.guarded import GuardedAdapter
-from conformance.harness.report import fail
+from conformance.harness.calls.guarded import GuardedAdapter
+from conformance.harness.cases.build import cast, random_case, random_mask, rng_for
+from conformance.harness.judge import compare
+from conformance.harness.spec.clause import Source, clause
+from conformance.harness.spec.report import fail
 
 FUNCTION_OF_INPUTS = Source(
     "000",

@@ -6,7 +6,7 @@ derivative ``1 - tanh(s/c)^2``. Backward kernels written by hand (FlashAttention
 score_mod gradients) drop that factor or take the tanh of the wrong argument; both leave dV right
 and put dQ and dK off by up to the whole gradient where scores approach the cap. The expected
 gradients are the variant oracle's VJP (:func:`conformance.oracle_variants.vjp`, checked against
-finite differences of an independent loop), compared under :mod:`conformance.harness.variant_vjp`.
+finite differences of an independent loop), compared under :mod:`conformance.harness.judge.variant_vjp`.
 
 A flash backward recomputes P from Q and K instead of storing it, so every limit the forward applies
 (the sliding window, each sequence's lengths) must be applied again; one forgotten puts gradient on
@@ -21,10 +21,10 @@ import numpy as np
 from conformance.clauses.test_variants import SOFTCAP_DEF, WINDOW_DEF
 from conformance.clauses.test_varlen import CU_SEQLENS, ragged
 from conformance.contract import np_dtype
-from conformance.harness import buckets
-from conformance.harness.cases import random_case
-from conformance.harness.clause import clause
-from conformance.harness.variant_vjp import assert_variant_vjp
+from conformance.harness.cases import buckets
+from conformance.harness.cases.build import random_case
+from conformance.harness.judge.variant_vjp import assert_variant_vjp
+from conformance.harness.spec.clause import clause
 
 
 @clause(

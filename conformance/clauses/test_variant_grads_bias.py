@@ -8,7 +8,7 @@ derivative at the ALiBi-biased score, passed every clause. Both enter the backwa
 (and the cap's derivative at the scaled product q.k * scale, the bias excluded), which the variant
 oracle's VJP has (:func:`conformance.oracle_variants.vjp`).
 
-The allowance is ``harness.variant_vjp``'s; for sinks it is computed on the lowered case, whose
+The allowance is ``harness.judge.variant_vjp``'s; for sinks it is computed on the lowered case, whose
 last key is the sink (a zero key and value), so dK's and dV's allowances are cut back to the S real
 keys here (``variant_vjp.grad_allowance`` does not cut them yet).
 """
@@ -20,12 +20,12 @@ import numpy as np
 from conformance.clauses.test_sinks import SINKS
 from conformance.clauses.test_variants import ALIBI_DEF, slopes
 from conformance.contract import Case, np_dtype
-from conformance.harness import tolerance
-from conformance.harness.cases import random_case
-from conformance.harness.clause import clause
-from conformance.harness.report import ClauseViolation, mismatch_report
-from conformance.harness.sink_definitions import SINKS_DEF
-from conformance.harness.variant_vjp import assert_variant_vjp, expected_vjp, grad_allowance
+from conformance.harness.cases.build import random_case
+from conformance.harness.judge import tolerance
+from conformance.harness.judge.variant_vjp import assert_variant_vjp, expected_vjp, grad_allowance
+from conformance.harness.spec.clause import clause
+from conformance.harness.spec.report import ClauseViolation, mismatch_report
+from conformance.harness.spec.sink_definitions import SINKS_DEF
 
 
 def _cotangent(case: Case, dtype: str, seed: int) -> np.ndarray:

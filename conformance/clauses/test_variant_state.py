@@ -16,9 +16,9 @@ import numpy as np
 from conformance.clauses.test_state_between_calls import FUNCTION_OF_INPUTS
 from conformance.clauses.test_variants import assert_variant_output, slopes
 from conformance.contract import Case
-from conformance.harness.cases import random_case
-from conformance.harness.clause import clause
-from conformance.harness.report import fail
+from conformance.harness.cases.build import random_case
+from conformance.harness.spec.clause import clause
+from conformance.harness.spec.report import fail
 
 
 def _calls(dtype: str) -> list[Case]:

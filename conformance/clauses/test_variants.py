@@ -3,7 +3,7 @@
 The seed defines scaled dot-product attention and says nothing of these; where it speaks (the
 position offset of a non-square causal mask, decode with T_q = 1, "exact" not meaning bitwise) the
 clauses cite it, and otherwise they cite the definition the kernels follow, FlashAttention's, as a
-:class:`~conformance.harness.definitions.Definition` (verbatim, never presented as the seed). The
+:class:`~conformance.harness.spec.definitions.Definition` (verbatim, never presented as the seed). The
 float64 answers come from :mod:`conformance.oracle_variants`; windows and ALiBi slide along the
 kernel's declared causal alignment (FlashAttention: bottom-right), and a failure names the variant,
 the window or slopes, and the query and key where the kernel went wrong.
@@ -15,13 +15,14 @@ import numpy as np
 
 from conformance import oracle_variants
 from conformance.contract import Case
-from conformance.harness import buckets, compare, tolerance
-from conformance.harness.cases import random_case
-from conformance.harness.clause import Source, clause
-from conformance.harness.definitions import Definition
-from conformance.harness.lse import assert_lse_matches
-from conformance.harness.probes import observe_weights
-from conformance.harness.report import ClauseViolation, fail, mismatch_report
+from conformance.harness.calls.probes import observe_weights
+from conformance.harness.cases import buckets
+from conformance.harness.cases.build import random_case
+from conformance.harness.judge import compare, tolerance
+from conformance.harness.judge.lse import assert_lse_matches
+from conformance.harness.spec.clause import Source, clause
+from conformance.harness.spec.definitions import Definition
+from conformance.harness.spec.report import ClauseViolation, fail, mismatch_report
 
 FA_DOC = "flash_attn_func docstring"
 WINDOW_DEF = Definition(

@@ -15,9 +15,9 @@ import numpy as np
 
 from conformance.clauses.test_variants import SOFTCAP_DEF, assert_variant_output, slopes
 from conformance.contract import Case
-from conformance.harness.cases import random_case, rng_for
-from conformance.harness.clause import clause
-from conformance.harness.lse import assert_lse_matches
+from conformance.harness.cases.build import random_case, rng_for
+from conformance.harness.judge.lse import assert_lse_matches
+from conformance.harness.spec.clause import clause
 
 
 def _bias(seed: int, shape: tuple[int, ...]) -> np.ndarray:

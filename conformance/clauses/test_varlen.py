@@ -17,12 +17,13 @@ import numpy as np
 from conformance import oracle_variants
 from conformance.clauses.test_variants import DECODE, OFFSET, assert_variant_output, check_blocked_pattern, slopes
 from conformance.contract import Case
-from conformance.harness import buckets, compare
-from conformance.harness.cases import random_case
-from conformance.harness.clause import Source, clause
-from conformance.harness.definitions import Definition
-from conformance.harness.lse import assert_lse_matches
-from conformance.harness.report import ClauseViolation
+from conformance.harness.cases import buckets
+from conformance.harness.cases.build import random_case
+from conformance.harness.judge import compare
+from conformance.harness.judge.lse import assert_lse_matches
+from conformance.harness.spec.clause import Source, clause
+from conformance.harness.spec.definitions import Definition
+from conformance.harness.spec.report import ClauseViolation
 
 VARLEN_DOC = "flash_attn_varlen_func docstring"
 CU_SEQLENS = Definition(

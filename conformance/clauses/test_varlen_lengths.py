@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from conformance.clauses.test_variants import assert_variant_output, check_blocked_pattern
 from conformance.clauses.test_varlen import CU_SEQLENS, ragged
-from conformance.harness import buckets
-from conformance.harness.clause import clause
+from conformance.harness.cases import buckets
+from conformance.harness.spec.clause import clause
 
 
 @clause(

@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 
 from conformance.contract import Case
-from conformance.harness import compare
-from conformance.harness.cases import cast
-from conformance.harness.clause import Source, clause
+from conformance.harness.cases.build import cast
+from conformance.harness.judge import compare
+from conformance.harness.spec.clause import Source, clause
 
 WORKED = Source(
     "003",

@@ -1,10 +1,10 @@
 """The pytest plugin (entry point ``pytest11: sdpa_conformance``).
 
-It adds ``--impl`` and friends (harness.options), turns every clause function into one test per (adapter, dtype),
+It adds ``--impl`` and friends (harness.run.options), turns every clause function into one test per (adapter, dtype),
 reports clauses a kernel's declaration rules out as *not applicable* with the reason, wraps each
 clause failure with the clause id, the spec sentence and a command that reproduces it
-(harness.failures), and ends the run with one verdict per adapter (harness.verdict), which the exit
-code follows. The run's state lives in harness.runstate, shared with the sub-plugins (certificate,
+(harness.run.failures), and ends the run with one verdict per adapter (harness.records.verdict), which the exit
+code follows. The run's state lives in harness.run.runstate, shared with the sub-plugins (certificate,
 baseline, self-defense) registered here. Loaded for every pytest run in an environment where the
 package is installed, so it imports nothing heavy at module level and does nothing for tests that
 are not clauses.
@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from conformance.harness import (
+from conformance.harness.calls import signatures
+from conformance.harness.run import (
     baseline,
     certificate,
     coverage,
@@ -28,10 +29,10 @@ from conformance.harness import (
     perf,
     runstate,
     selfdefense,
-    signatures,
+    summary,
 )
-from conformance.harness.clause import info_of
-from conformance.harness.runstate import State, get_state
+from conformance.harness.run.runstate import State, get_state
+from conformance.harness.spec.clause import info_of
 
 SUBPLUGINS = (
     certificate,
@@ -58,7 +59,8 @@ def _state(config: pytest.Config) -> State:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    from conformance.harness import registry, strategies
+    from conformance.harness.calls import registry
+    from conformance.harness.cases import strategies
 
     strategies.register_profiles()
     profile = config.getoption(runstate.OPT_PROFILE)
@@ -89,7 +91,7 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(str(exc)) from None
     state._resolved = resolved
     if config.getoption(runstate.OPT_DISCOVER):  # the discovered declaration replaces the declared one
-        from conformance.harness import discovery_run
+        from conformance.harness.run import discovery_run
 
         discovery_run.apply(config, state, overrides, config.getoption(signatures.OPT_SIGNATURE))
 
@@ -97,7 +99,7 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node: Any) -> None:
     """pytest-xdist: a worker certifies under the declaration the controller discovered."""
-    from conformance.harness import discovery_run
+    from conformance.harness.run import discovery_run
 
     discovery_run.to_worker(node, node.config)
 
@@ -110,17 +112,11 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
     return 0
 
 
-def _certifying_from_testpaths(config: pytest.Config) -> bool:
-    """True for ``pytest --impl=X`` at the repo root: a certification run, not a self-test run."""
-    state = get_state(config)
-    return bool(state and state.explicit and config.args_source == pytest.Config.ArgsSource.TESTPATHS)
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # The project's self-tests do not depend on --impl; a certification run keeps the clauses only
     # (the report header says so, and pytest counts them as deselected). A bare `pytest` or
     # `pytest tests` still runs them.
-    if not _certifying_from_testpaths(config):
+    if not summary.certifying_from_testpaths(config):
         return
     keep, drop = [], []
     for item in items:
@@ -128,31 +124,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
-
-
-def pytest_report_header(config: pytest.Config) -> list[str]:
-    state = get_state(config)
-    if state is None or not state.explicit:
-        return []  # a default run resolves built-ins lazily; the summary lists them
-    lines = [f"sdpa-conformance: hypothesis profile {state.profile}; call timeout {state.timeout:g}s"]
-    for spec, res in state.resolved.items():
-        if not res.usable:
-            lines.append(f"  {spec}: unavailable here ({res.reason})")
-        else:
-            d = res.adapter.declaration
-            lines.append(
-                f"  {spec}: dtypes={','.join(sorted(d.dtypes))} grad={d.grad} dropout={d.dropout} gqa={d.gqa} "
-                f"all_blocked={d.all_blocked} causal_alignment={d.causal_alignment} device={d.device}"
-            )
-    if state.declare:
-        lines.append(f"  --declare overrides: {' '.join(state.declare)}")
-    if state.discovered:
-        from conformance.harness import discovery_run
-
-        lines += discovery_run.header_lines(state)
-    if _certifying_from_testpaths(config):
-        lines.append("  certification run: clauses only (the project's self-tests run with a bare `pytest`)")
-    return lines
 
 
 def _clause_specs(state: State) -> list[str]:
@@ -183,7 +154,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture
 def impl(request: pytest.FixtureRequest):
-    """The kernel under test for this clause test, guarded (see conformance.harness.guarded)."""
+    """The kernel under test for this clause test, guarded (see conformance.harness.calls.guarded)."""
     state = _state(request.config)
     spec = request.param
     res = state.resolved[spec]
@@ -248,7 +219,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = get_state(config)
     if state is None or not state.results or runstate.is_xdist_worker(config):
         return
-    from conformance.harness import verdict
+    from conformance.harness.records import verdict
 
     words = [v.word for v in runstate.verdicts(config).values()]
     if config.getoption(runstate.OPT_ALLOW_PARTIAL):
@@ -258,21 +229,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = code
 
 
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    return summary.header_lines(config)
+
+
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    state = get_state(config)
-    if state is None or not state.results:
-        return
-    tr = terminalreporter
-    tr.section("sdpa-conformance summary")
-    for spec, v in runstate.verdicts(config).items():
-        tr.write_line(f"{spec}: {v.headline()} ({state.profile} profile)")
-        from conformance.harness import discovery_run
-
-        for line in v.details() + discovery_run.summary_lines(state, spec):
-            tr.write_line(f"    {line}")
-    failed = sorted({(r["impl"], r["clause"]) for r in state.results if r["outcome"] == "failed"})
-    if failed:
-        tr.write_line("failed clauses: " + ", ".join(f"{c} [{i}]" for i, c in failed))
-    from conformance.harness import causes
-
-    causes.write_summary(tr, state.results)
+    summary.write_verdicts(terminalreporter, config)

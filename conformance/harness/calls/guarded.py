@@ -1,0 +1,270 @@
+"""The guarded call: every clause reaches the kernel through :class:`GuardedAdapter`, never directly.
+
+A conformance suite meets broken kernels by design, so a broken kernel must produce a failure of
+the clause that was running, with a specific message, and the rest of the suite must go on. Each
+call here therefore: refuses cases the declaration rules out (as *not applicable*, with the reason);
+fails a case the kernel refuses (``NotApplicable``) although its declaration covers it, since an
+undeclared refusal would let a kernel pass by declining what it gets wrong; counts the cases that
+ran (the verdict's case coverage); runs the adapter under a per-call timeout; turns an exception
+into a failure naming the exception; checks the result's type, shape and dtype; and checks that
+the inputs were not modified and that the result is not a view of them.
+
+Long because it is one class whose every check wraps the same call; the undeclared-refusal hint
+(:func:`declarations_ruling_out`) is its only helper; the timeout, which runs the kernel on the
+caller's own thread, is ``harness.calls.call_timeout``'s.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+from conformance.contract import Case, Declaration, NotApplicable, np_dtype
+from conformance.harness.calls.call_timeout import DEFAULT_CALL_TIMEOUT, CallTimedOut, call_with_timeout
+from conformance.harness.cases import cells as space_cells
+from conformance.harness.cases import features as causes_features
+from conformance.harness.spec.report import AdapterError, ClauseViolation
+
+DEFAULT_TIMEOUT = DEFAULT_CALL_TIMEOUT  # one default for the option and for direct use
+
+
+class UndeclaredRefusal(ClauseViolation):
+    """The kernel refused (raised ``NotApplicable`` on) a case its declaration says it supports.
+
+    A refusal is honest only when declared: otherwise a kernel could earn CONFORMS by refusing
+    every case it gets wrong. The message names the ``--declare`` that would rule the case out.
+    """
+
+
+def declarations_ruling_out(case: Case, decl: Declaration) -> list[str]:
+    """``--declare KEY=VALUE`` settings under which ``case`` would be not applicable."""
+    checks = (
+        (case.mask is not None, "bool_mask=false"),
+        (case.bias is not None, "float_mask=false"),
+        (case.is_causal, "causal=false"),
+        (case.scale is not None, "custom_scale=false"),
+        (case.is_gqa, "gqa=false"),
+        (case.dropout_p > 0, "dropout=false"),
+        (case.Dk != case.Dv, "requires_dk_eq_dv=true"),
+        (max(case.Dk, case.Dv) > 1, f"max_head_dim={max(case.Dk, case.Dv) - 1}"),
+        (case.window is not None, "window=false"),
+        (bool(case.softcap), "softcap=false"),
+        (case.alibi_slopes is not None, "alibi=false"),
+        (case.sinks is not None, "sinks=false"),
+        (case.seqlens_q is not None, "varlen=false"),
+        (case.seqlens_k is not None and case.seqlens_q is None, "kv_lengths=false --declare varlen=false"),
+        (case.kv_form is not None and case.kv_form.page_size is not None, "paged_kv=false"),
+        (case.kv_form is not None and bool(case.kv_form.append), "kv_append=false"),
+    )
+    return [flag for cond, flag in checks if cond]
+
+
+def _call_with_timeout(fn: Callable[[], Any], timeout: float, what: str, case: Case | None = None) -> Any:
+    """Run ``fn`` on this thread under ``timeout`` (harness.calls.call_timeout); a hang becomes a failure
+    of the running clause instead of a stuck suite."""
+    try:
+        return call_with_timeout(fn, timeout, what)
+    except CallTimedOut as exc:
+        raise AdapterError(str(exc), case) from None
+
+
+class GuardedAdapter:
+    """An adapter under test, with the guards described in the module docstring."""
+
+    def __init__(self, adapter: Any, spec: str = "", timeout: float = DEFAULT_TIMEOUT):
+        self.adapter = adapter
+        self.spec = spec
+        self.timeout = timeout
+        self.calls = 0
+        self.rejected: list[str] = []  # reasons for cases hypothesis had to discard
+        self.begin()
+
+    def __repr__(self) -> str:  # shown in hypothesis' falsifying examples: keep it short
+        return f"GuardedAdapter({self.spec or self.name!r})"
+
+    @property
+    def name(self) -> str:
+        return str(getattr(self.adapter, "name", self.spec or type(self.adapter).__name__))
+
+    @property
+    def declaration(self) -> Declaration:
+        return self.adapter.declaration
+
+    # -- coverage ------------------------------------------------------------------------------
+    def begin(self) -> None:
+        """Reset the per-clause coverage counters (the plugin calls this before every clause test)."""
+        self.rejected.clear()
+        self.cases_run = 0  # kernel calls that returned
+        self.refused: list[str] = []  # cases refused although the declaration covers them
+        self.examples_run = 0  # hypothesis examples that reached the kernel
+        self.cells: Counter[str] = Counter()  # case-space cells reached (harness.cases.cells)
+        self.case_features: Counter[str] = Counter()  # harness.cases.features keys of the calls that returned
+        self.recent_calls: deque[tuple] = deque(maxlen=8)  # (case, call, features key, result): harness.causes.likely
+        self._last_example: Any = None
+
+    def _count_example(self) -> None:
+        from hypothesis.control import current_build_context, currently_in_test_context
+
+        if currently_in_test_context():
+            ctx = current_build_context()
+            if ctx is not self._last_example:  # held, so its id cannot be reused by a later example
+                self._last_example = ctx
+                self.examples_run += 1
+
+    # -- applicability -------------------------------------------------------------------------
+    def not_applicable(self, reason: str) -> None:
+        """Report the clause (or, inside a hypothesis test, this one generated case) as not applicable.
+
+        Skipping from inside a property-based clause would skip the whole clause because of one
+        drawn case; there the case is rejected instead and hypothesis draws another.
+        """
+        from hypothesis import reject
+        from hypothesis.control import currently_in_test_context
+
+        if currently_in_test_context():
+            self.rejected.append(reason)
+            reject()
+        pytest.skip(f"not applicable to {self.name}: {reason}")
+
+    def require(self, case: Case) -> None:
+        reasons = self.declaration.not_supported_reasons(case)
+        if reasons:
+            self.not_applicable("; ".join(reasons))
+
+    def supports(self, case: Case) -> bool:
+        return not self.declaration.not_supported_reasons(case)
+
+    # -- guarded calls -------------------------------------------------------------------------
+    def _guarded(self, case: Case, what: str, fn: Callable[[], Any], extra_inputs: tuple = ()) -> Any:
+        inputs = [("query", case.query), ("key", case.key), ("value", case.value)]
+        if case.mask is not None:
+            inputs.append(("mask", case.mask))
+        if case.bias is not None:
+            inputs.append(("bias", case.bias))
+        if case.alibi_slopes is not None:
+            inputs.append(("alibi_slopes", case.alibi_slopes))
+        if case.sinks is not None:
+            inputs.append(("sinks", case.sinks))
+        inputs.extend(extra_inputs)
+        snapshots = [(n, np.array(a, copy=True)) for n, a in inputs]
+        self.calls += 1
+        self._count_example()
+        refusals = causes_features.refusal_count(self.adapter)
+        self.recent_calls.append((case, what, None, None))
+        try:
+            result = _call_with_timeout(fn, self.timeout, f"{self.name}.{what}", case)
+        except NotApplicable as exc:
+            self.refused.append(case.describe())
+            flags = declarations_ruling_out(case, self.declaration)
+            rest = ",".join(d for d in sorted(self.declaration.dtypes) if d != case.dtype)
+            hint = (
+                "a declaration that would rule it out: " + " | ".join(f"--declare {f}" for f in flags)
+                if flags
+                else "no feature declaration rules this case out (the spec asks every kernel to "
+                f"take it); only dropping its dtype would: --declare dtypes={rest}"
+            )
+            raise UndeclaredRefusal(
+                f"{self.name}.{what} refused a case its declaration covers (undeclared refusal): {exc}\n"
+                f"  a refusal counts only when declared; {hint}",
+                case,
+            ) from exc
+        except AdapterError:
+            raise
+        except Exception as exc:  # any kernel error is a finding, not a crash
+            raise AdapterError(f"{self.name}.{what} raised {type(exc).__name__}: {exc}", case) from exc
+        for (name, before), (_, now) in zip(snapshots, inputs):
+            same = np.array_equal(before, np.asarray(now), equal_nan=before.dtype.kind == "f")
+            if not same:
+                raise AdapterError(f"{self.name}.{what} modified its input {name!r} in place", case)
+        self.cases_run += 1
+        self.cells.update(space_cells.cells_of(case))
+        folded = causes_features.folded_by(self.adapter, self.declaration, case, refusals)
+        feats = causes_features.key(case, what, folded, self.declaration.causal_alignment)
+        self.recent_calls[-1] = (case, what, feats, result)
+        if feats is not None:
+            self.case_features[feats] += 1
+        return result, [a for _, a in inputs]
+
+    def _check_array(self, arr: Any, what: str, shape: tuple, case: Case, inputs: list) -> np.ndarray:
+        if not isinstance(arr, np.ndarray):
+            raise AdapterError(f"{self.name}: {what} is {type(arr).__name__}, but should be numpy.ndarray", case)
+        if arr.shape != tuple(shape):
+            raise AdapterError(f"{self.name}: {what}.shape={arr.shape}, but should be {tuple(shape)}", case)
+        want = np_dtype(case.dtype)
+        if arr.dtype != want:
+            raise AdapterError(f"{self.name}: {what}.dtype={arr.dtype}, but should be {want} (the input dtype)", case)
+        for a in inputs:
+            if np.shares_memory(arr, a):
+                raise AdapterError(f"{self.name}: {what} shares memory with an input (a view, not a result)", case)
+        return arr
+
+    def call_raw(self, case: Case) -> tuple[Any, BaseException | None]:
+        """Call ``forward`` on a case the declaration is NOT consulted for, e.g. a deliberately
+        invalid one; returns (result, None) or (None, exception), ``NotApplicable`` included: the
+        caller (``harness.judge.rejection``) judges it, and never counts a refusal as a rejection. A call
+        that returns or raises is a case run; a hang still fails the clause (``AdapterError``)."""
+        self.calls += 1
+        try:
+            result = _call_with_timeout(lambda: self.adapter.forward(case), self.timeout, f"{self.name}.forward", case)
+        except AdapterError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the caller judges the exception
+            self.cases_run += 1
+            return None, exc
+        self.cases_run += 1
+        return result, None
+
+    def forward(self, case: Case) -> np.ndarray:
+        """The kernel's output for ``case``; not-applicable cases skip with the declared reason."""
+        self.require(case)
+        out, inputs = self._guarded(case, "forward", lambda: self.adapter.forward(case))
+        return self._check_array(out, "output", case.out_shape, case, inputs)
+
+    def forward_with_weights(self, case: Case) -> tuple[np.ndarray, np.ndarray]:
+        self.require(case)
+        if not self.declaration.returns_weights:
+            self.not_applicable("declares returns_weights=False")
+        res, inputs = self._guarded(case, "forward_with_weights", lambda: self.adapter.forward_with_weights(case))
+        if not (isinstance(res, tuple) and len(res) == 2):
+            raise AdapterError(
+                f"{self.name}.forward_with_weights returned {type(res).__name__}, not (out, weights)", case
+            )
+        out = self._check_array(res[0], "output", case.out_shape, case, inputs)
+        w = self._check_array(res[1], "weights", case.weights_shape, case, inputs)
+        return out, w
+
+    def forward_with_lse(self, case: Case) -> tuple[np.ndarray, np.ndarray]:
+        """(output, lse): the lse [B, Hq, T] in any float dtype (kernels keep it in float32)."""
+        self.require(case)
+        if not self.declaration.returns_lse:
+            self.not_applicable("declares returns_lse=False")
+        res, inputs = self._guarded(case, "forward_with_lse", lambda: self.adapter.forward_with_lse(case))
+        if not (isinstance(res, tuple) and len(res) == 2):
+            raise AdapterError(f"{self.name}.forward_with_lse returned {type(res).__name__}, not (out, lse)", case)
+        out = self._check_array(res[0], "output", case.out_shape, case, inputs)
+        lse = res[1]
+        if not isinstance(lse, np.ndarray) or lse.dtype.kind != "f":
+            raise AdapterError(
+                f"{self.name}: lse is {type(lse).__name__} {getattr(lse, 'dtype', '')}, not a float array", case
+            )
+        if lse.shape != (case.B, case.Hq, case.T):
+            raise AdapterError(f"{self.name}: lse.shape={lse.shape}, but should be {(case.B, case.Hq, case.T)}", case)
+        return out, lse
+
+    def vjp(self, case: Case, grad_out: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        self.require(case)
+        if not self.declaration.grad:
+            self.not_applicable("declares grad=False")
+        res, inputs = self._guarded(
+            case, "vjp", lambda: self.adapter.vjp(case, grad_out), extra_inputs=(("grad_out", grad_out),)
+        )
+        if not (isinstance(res, tuple) and len(res) == 3):
+            raise AdapterError(f"{self.name}.vjp returned {type(res).__name__}, not (dq, dk, dv)", case)
+        shapes = (case.query.shape, case.key.shape, case.value.shape)
+        return tuple(  # type: ignore[return-value]
+            self._check_array(g, n, s, case, inputs) for g, n, s in zip(res, ("dq", "dk", "dv"), shapes)
+        )

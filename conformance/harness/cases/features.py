@@ -1,0 +1,187 @@
+"""The vocabulary of likely causes: what one kernel call exercised, as short feature strings.
+
+``harness.causes.likely`` sets the failing cases' features against the passing cases' ones; a feature here
+is worth having when a real kernel gets exactly that wrong (a dtype computed in another precision,
+a mask kind or form, rows blocked entirely, causal when T != S, decode, a GQA ratio, a head dim
+class, scores too large for the input dtype, a custom or negative scale, dropout, the backward, and
+what the suite folded before the kernel saw it). It differs from ``harness.cases.cells`` (the coverage
+table) in carrying the dtype, the call and the magnitudes, and in naming the unions a cause is
+often stated in ("causal, T != S"). A call's features travel as one string, :data:`JOIN`-joined, so
+that the counters of a run cross pytest-xdist workers as JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from conformance.contract import Case, Declaration
+from conformance.harness.cases.cells import form_of
+
+JOIN = "; "
+FLOAT16_MAX = 65504.0
+LARGE_SCORE = 64.0  # |scale * QK^T| past this: exp() of the raw scores overflows float32 without the max subtracted
+_EXACT_WORK = 4_000_000  # multiply-adds up to which QK^T is computed exactly; larger cases: first 64 query rows
+BACKWARD_CALLS = frozenset({"vjp"})
+LOW_PRECISION = frozenset({"float16", "bfloat16"})
+
+
+def call_feature(what: str) -> str:
+    """The guarded call a case went through, as a feature: the backward apart from every forward."""
+    return "backward (vjp)" if what in BACKWARD_CALLS else f"forward ({what})"
+
+
+def _raw_scores_max(case: Case) -> float:
+    """max |Q K^T| before scaling (what overflows float16 when QK^T is not upcast); grouped heads
+    are compared with their kv head. Large cases are sampled on their first 64 query rows."""
+    q = np.asarray(case.query, dtype=np.float64)
+    k = np.asarray(case.key, dtype=np.float64)
+    if q.ndim != 4 or k.ndim != 4 or q.shape[-1] != k.shape[-1] or k.shape[1] == 0 or q.shape[1] % k.shape[1]:
+        return 0.0
+    if q.size * k.shape[2] > _EXACT_WORK:
+        q = q[:, :, :64]
+    k = np.repeat(k, q.shape[1] // k.shape[1], axis=1)
+    if q.size == 0 or k.size == 0:
+        return 0.0
+    return float(np.max(np.abs(q @ np.swapaxes(k, -1, -2))))
+
+
+def _form(shape: tuple[int, ...], case: Case) -> str:
+    """The broadcast form of a mask ("[B,1,T,S]"; "1" for an axis of size 1), named for any shape."""
+    named = form_of(shape, case)
+    if named is not None:
+        return named
+    full = (case.B, case.Hq, case.T, case.S)[-len(shape) :]
+    return "[" + ",".join("1" if n == 1 else "BHTS"[4 - len(shape) + i] if n == f else str(n)
+                          for i, (n, f) in enumerate(zip(shape, full))) + "]"  # fmt: skip
+
+
+def _mask_features(case: Case, alignment: str) -> list[str]:
+    mask = None if case.mask is None else np.asarray(case.mask)
+    bias = None if case.bias is None else np.asarray(case.bias)
+    out = []
+    kinds = [k for k, a in (("bool", mask), ("float", bias)) if a is not None]
+    out.append({(): "no mask", ("bool",): "bool mask", ("float",): "float mask"}.get(tuple(kinds), "bool + float mask"))
+    for kind, arr in (("bool", mask), ("float", bias)):
+        if arr is None:
+            continue
+        out.append(f"{kind} mask {_form(arr.shape, case)}")
+        if kind == "float" and np.isneginf(arr).any():
+            out.append("float mask with -inf entries")
+            finite = arr[np.isfinite(arr)]
+            if finite.size and float(np.max(np.abs(finite))) >= 1e4:
+                out.append("float mask with |M| >= 1e4")
+    return out + _blocked_rows(case, mask, bias, alignment)
+
+
+def _blocked_rows(case: Case, mask, bias, alignment: str) -> list[str]:
+    """Rows with every key blocked, by the union of the masks and causal (in the declared alignment),
+    named by the policy that decides their fill (``Declaration.all_blocked_policy``)."""
+    blocked = np.zeros((case.T, case.S), dtype=bool)
+    if case.is_causal:
+        blocked = ~np.tri(case.T, case.S, case.S - case.T if alignment == "bottom-right" else 0, dtype=bool)
+    if mask is not None:
+        blocked = blocked | mask
+    if bias is not None:
+        blocked = blocked | np.isneginf(bias)
+    if not (blocked.size and blocked.all(axis=-1).any()):
+        return []
+    if bias is not None and mask is None:
+        return ["row blocked entirely: float -inf"]
+    return [f"row blocked entirely: {'bool' if mask is not None else 'causal'}"]
+
+
+def _causal_features(case: Case, folded: bool) -> list[str]:
+    if not case.is_causal:
+        return []
+    out = ["causal"] + ["causal, T != S"] * (case.T != case.S)
+    if case.mask is not None or case.bias is not None:
+        out.append("causal + mask")
+    if folded:
+        out.append("suite folded causal into the mask")
+    return out
+
+
+def _head_dim_features(case: Case) -> list[str]:
+    d = max(case.Dk, case.Dv)
+    out = []
+    if d <= 8:
+        out.append("head dim <= 8")
+    elif d > 128:
+        out.append("head dim > 128")
+    if case.Dk % 8 or case.Dv % 8:
+        out.append("head dim not a multiple of 8")
+    if case.Dk != case.Dv:
+        out.append("Dk != Dv")
+    return out
+
+
+def _magnitude_features(case: Case) -> list[str]:
+    raw = _raw_scores_max(case)
+    scale = case.scale if case.scale is not None else 1.0 / np.sqrt(max(case.Dk, 1))
+    out = []
+    if raw > FLOAT16_MAX:
+        out.append("|QK^T| > 65504 (float16 max)")
+    if raw * abs(scale) >= LARGE_SCORE:
+        out.append(f"large |scores| (>= {LARGE_SCORE:g})")
+    return out
+
+
+def features(case: Case, what: str = "forward", folded: bool = False, alignment: str = "top-left") -> list[str]:
+    """Every feature of one call on ``case``; ``what`` is the guarded call, ``folded`` whether the
+    adapter folded ``is_causal`` into the mask for it, ``alignment`` the declared causal alignment."""
+    feats = [f"dtype={case.dtype}", call_feature(what)]
+    if case.dtype in LOW_PRECISION:
+        feats.append("dtype float16 or bfloat16")
+    feats += _mask_features(case, alignment)
+    feats.append("T < S" if case.T < case.S else ("T == S" if case.T == case.S else "T > S"))
+    feats += _causal_features(case, folded)
+    if case.T == 1:
+        feats.append("decode T = 1")
+    if case.S == 1:
+        feats.append("S = 1")
+    if case.Hq != case.Hkv and case.Hkv > 0 and case.Hq % case.Hkv == 0:
+        feats.append(f"GQA {case.Hq // case.Hkv}:1" + (" (MQA)" if case.Hkv == 1 else ""))
+    feats += _head_dim_features(case)
+    feats += _magnitude_features(case)
+    if case.scale is not None:
+        feats.append("negative scale" if case.scale < 0 else "custom scale")
+    if case.dropout_p > 0:
+        feats.append("dropout")
+    return feats
+
+
+def key(case: Case, what: str = "forward", folded: bool = False, alignment: str = "top-left") -> str | None:
+    """The features of one call as one string (a Counter key that survives JSON); None for a case
+    the vocabulary cannot read (a bad-input clause's malformed arrays)."""
+    try:
+        return JOIN.join(features(case, what, folded, alignment))
+    except Exception:  # noqa: BLE001 - a malformed case has no features; the call is still checked
+        return None
+
+
+def split(k: str) -> frozenset[str]:
+    return frozenset(k.split(JOIN)) if k else frozenset()
+
+
+def folded_by(adapter: object, decl: Declaration, case: Case, refusals_before: int | None) -> bool:
+    """Whether the adapter folded ``is_causal`` into the mask on this call: it says so by the growth
+    of its ``combination_refusals`` (implementations/function.py), or it always folds
+    (``causal_with_mask=False``)."""
+    if not case.is_causal or (case.mask is None and case.bias is None):
+        return False
+    if decl.causal_with_mask is False:
+        return True
+    now = getattr(adapter, "combination_refusals", None)
+    return refusals_before is not None and now is not None and len(now) > refusals_before
+
+
+def refusal_count(adapter: object) -> int | None:
+    refusals = getattr(adapter, "combination_refusals", None)
+    return None if refusals is None else len(refusals)
+
+
+def cap(counter: Iterable[tuple[str, int]], limit: int = 200) -> dict[str, int]:
+    """The ``limit`` most common feature strings of a counter (JSON-sized); the rest are dropped."""
+    return dict(sorted(counter, key=lambda kv: -kv[1])[:limit])

@@ -1,0 +1,282 @@
+"""The parameters of a case and their value classes: the table the covering arrays are built over.
+
+Why a table of *classes*: a kernel's faults live in classes of inputs (a mask form, a GQA ratio, a
+head dim past 64, keys past a tile), and most need two classes to meet (NIST's combinatorial
+testing studies); a covering array (``harness.cases.covering``) puts every admitted pair (t = 2) or triple
+(t = 3) of classes into some row, and ``harness.cases.pairs_cases`` turns a row into one small concrete case,
+each class at the smallest size that is in it. The same table is ``docs/case-space.md``.
+
+Each value says what must hold of a case for the value to be *reached* (``holds``): coverage is
+counted from the cases that reached the kernel (``harness.run.pair_coverage``), not from the plan. Which
+declarations admit a value is not listed here: ``harness.cases.pairs_cases.row_reasons`` builds the row's
+case and asks ``Declaration.not_supported_reasons`` (the one vocabulary), so a value or pair is
+admitted exactly when the kernel's own declaration takes its case. Constraints between values that
+no declaration decides (a form with a T axis at T = 1, a tile of blocked keys in fewer keys than a
+tile) are :data:`CONSTRAINTS`, each with its reason; nothing is dropped silently.
+
+Longer than 250 lines because it is one table (fifteen parameters, their classes and what each class
+requires of a case) and the constraints that belong to it; split, the table would be read in pieces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from conformance.contract import DTYPES, Case
+
+TILE = 32  # the tile of "past a tile": T and S tails (harness.cases.space.TAIL_LENGTHS: 33 is 32 + 1)
+LONG = 300  # "long" keys: past the 256 keys where split-KV kernels start to split
+LARGE_NEGATIVE = -8192.0  # a finite large negative M (2^13: exact in every dtype)
+
+
+@dataclass(frozen=True)
+class Value:
+    """One value class of a parameter; ``holds(case, direction)`` says whether a case is in it."""
+
+    name: str
+    holds: Callable[[Case, str], bool]
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """A parameter and its value classes; the first is the default (what shrinking resets to)."""
+
+    name: str
+    values: tuple[Value, ...]
+
+    def value(self, name: str) -> Value:
+        for v in self.values:
+            if v.name == name:
+                return v
+        raise KeyError(f"parameter {self.name} has no value {name!r}; it has {[v.name for v in self.values]}")
+
+    @property
+    def default(self) -> str:
+        return self.values[0].name
+
+
+def _v(name: str, holds: Callable[[Case, str], bool]) -> Value:
+    return Value(name, holds)
+
+
+def _form(case: Case, arr) -> str:
+    if arr is None:
+        return "none"
+    shape = np.shape(arr)
+    if len(shape) == 2:
+        return "[T,S]" if shape[0] == case.T > 1 else "other"
+    b, h, t, _ = shape
+    name = f"[{'B' if b == case.B > 1 else '1'},{'H' if h == case.Hq > 1 else '1'},{'T' if t == case.T > 1 else '1'},S]"
+    return name
+
+
+def _rows_blocked(arr, neg_inf: bool) -> bool:
+    a = np.asarray(arr)
+    return bool((np.isneginf(a) if neg_inf else a).all(axis=-1).any())
+
+
+def _leading_tile(case: Case) -> bool:
+    m = np.asarray(case.mask)
+    return case.S > TILE and bool(m[..., :TILE].all())
+
+
+def _bias_class(case: Case) -> str:
+    if case.bias is None:
+        return "none"
+    b = np.asarray(case.bias, dtype=np.float64)
+    if _rows_blocked(b, True):
+        return "-inf on whole rows"
+    if np.isneginf(b).any():
+        return "-inf on some keys"
+    if (b <= LARGE_NEGATIVE).all(axis=-1).any():
+        return "finite large negative on whole rows"
+    return "finite small"
+
+
+def _layout(case: Case) -> str:
+    arrays = [np.asarray(a) for a in (case.query, case.key, case.value)]
+    if any(any(s == 0 and n > 1 for n, s in zip(a.shape, a.strides)) for a in arrays):
+        return "expanded"
+    bases = {id(a.base) for a in arrays if a.base is not None}
+    if len(bases) == 1 and all(a.base is not None for a in arrays):
+        return "sliced from a packed QKV"
+    if any(not a.flags.c_contiguous for a in arrays):
+        return "transposed view"
+    return "contiguous"
+
+
+def _heads(g: int, many: bool = False) -> Callable[[Case, str], bool]:
+    return lambda c, d: c.Hq // max(c.Hkv, 1) == g and c.Hq % max(c.Hkv, 1) == 0 and (c.Hq > 16) == many
+
+
+def _dv(rel: str) -> Callable[[Case, str], bool]:
+    return {"= Dk": lambda c, d: c.Dv == c.Dk, "< Dk": lambda c, d: c.Dv < c.Dk, "> Dk": lambda c, d: c.Dv > c.Dk}[rel]
+
+
+def _is(read: Callable[[Case], object], want: object) -> Callable[[Case, str], bool]:
+    return lambda c, d: read(c) == want
+
+
+MASK_FORMS = ("none", "[T,S]", "[B,1,1,S]", "[B,1,T,S]", "[1,H,T,S]", "[B,H,T,S]")
+BIASES = ("none", "finite small", "finite large negative on whole rows", "-inf on some keys", "-inf on whole rows")
+LAYOUTS = ("contiguous", "transposed view", "sliced from a packed QKV", "expanded")
+
+PARAMETERS: tuple[Parameter, ...] = (
+    Parameter("dtype", tuple(_v(d, _is(lambda c: c.dtype, d)) for d in DTYPES)),
+    Parameter(
+        "B",
+        (
+            _v("1", lambda c, d: c.B == 1),
+            _v("2", lambda c, d: c.B == 2),
+            _v("5 or more", lambda c, d: c.B >= 5 and c.B != c.Hq),
+            _v("equal to H", lambda c, d: c.B == c.Hq > 2),
+        ),
+    ),
+    Parameter(
+        "heads",
+        (
+            _v("1:1", _heads(1)),
+            _v("2:1", _heads(2)),
+            _v("3:1", _heads(3)),
+            _v("8:1", _heads(8)),
+            _v("more than 16 heads", _heads(1, many=True)),
+        ),
+    ),
+    Parameter(
+        "S",
+        (
+            _v("< 16", lambda c, d: 1 < c.S < 16),
+            _v("1", lambda c, d: c.S == 1),
+            _v("a tile tail", lambda c, d: TILE < c.S < 2 * TILE),
+            _v("several tiles", lambda c, d: 2 * TILE < c.S <= 256),
+            _v("long", lambda c, d: c.S > 256),
+        ),
+    ),
+    Parameter(
+        "T",
+        (
+            _v("< S", lambda c, d: 1 < c.T < c.S),
+            _v("1", lambda c, d: c.T == 1),
+            _v("= S", lambda c, d: c.T == c.S > 1),
+            _v("> S", lambda c, d: c.T > c.S),
+            _v("odd", lambda c, d: c.T % 2 == 1 and c.T > 1),
+            _v("past a tile", lambda c, d: c.T > TILE),
+        ),
+    ),
+    Parameter(
+        "Dk",
+        tuple(_v(n, _is(lambda c: c.Dk, k)) for n, k in (("8", 8), ("1", 1), ("not a multiple of 8", 5), ("64", 64)))
+        + (_v("above 64, not a multiple of 32", lambda c, d: c.Dk > 64 and c.Dk % 32 != 0),)
+        + tuple(_v(n, _is(lambda c: c.Dk, k)) for n, k in (("128", 128), ("160", 160), ("256", 256))),
+    ),
+    Parameter("Dv", tuple(_v(r, _dv(r)) for r in ("= Dk", "< Dk", "> Dk"))),
+    Parameter("mask form", tuple(_v(f, _is(lambda c: _form(c, c.mask), f)) for f in MASK_FORMS)),
+    Parameter(
+        "mask content",
+        (
+            _v("random", lambda c, d: c.mask is None or not (_leading_tile(c) or _rows_blocked(c.mask, False))),
+            _v("leading keys blocked over a whole tile", lambda c, d: c.mask is not None and _leading_tile(c)),
+            _v("rows blocked entirely", lambda c, d: c.mask is not None and _rows_blocked(c.mask, False)),
+        ),
+    ),
+    Parameter("additive M", tuple(_v(b, _is(_bias_class, b)) for b in BIASES)),
+    Parameter("causal", (_v("off", lambda c, d: not c.is_causal), _v("on", lambda c, d: c.is_causal))),
+    Parameter(
+        "scale",
+        (
+            _v("default", lambda c, d: c.scale is None),
+            _v("custom", lambda c, d: c.scale is not None and c.scale > 0),
+            _v("negative", lambda c, d: c.scale is not None and c.scale < 0),
+            _v("zero", lambda c, d: c.scale == 0),
+        ),
+    ),
+    Parameter("dropout", (_v("off", lambda c, d: c.dropout_p == 0), _v("on", lambda c, d: c.dropout_p > 0))),
+    Parameter("layout", tuple(_v(n, _is(_layout, n)) for n in LAYOUTS)),
+    Parameter("direction", (_v("forward", lambda c, d: d == "forward"), _v("backward", lambda c, d: d == "backward"))),
+)
+BY_NAME: dict[str, Parameter] = {p.name: p for p in PARAMETERS}
+DEFAULTS: dict[str, str] = {p.name: p.default for p in PARAMETERS}
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """Values that cannot meet in one case, or that read as other values when they do, and why."""
+
+    params: tuple[str, ...]
+    excludes: Callable[..., bool]  # called with the values of ``params`` in order
+    reason: str
+
+
+DROPOUT_EXCLUDED = (
+    "dropout=on: the output is random; it is compared with the oracle only through the mask a seed replays "
+    "(DROPOUT-VALUES-01, DROPOUT-GRAD-01 on V = I probes, S = Dv), which most rows of this table cannot be; "
+    "its pairs are left to the DROPOUT-* clauses"
+)
+_T_AXIS_FORMS = ("[T,S]", "[B,1,T,S]", "[1,H,T,S]", "[B,H,T,S]")
+_B_AXIS_FORMS = ("[B,1,1,S]", "[B,1,T,S]", "[B,H,T,S]")
+CONSTRAINTS: tuple[Constraint, ...] = (
+    Constraint(("T", "S"), lambda t, s: s == "1" and t in ("< S", "= S"), "T < S and T = S > 1 need S > 1"),
+    Constraint(("T", "mask form"), lambda t, f: t == "1" and f in _T_AXIS_FORMS, "at T = 1 a mask's T axis reads as 1"),
+    Constraint(("B", "mask form"), lambda b, f: b == "1" and f in _B_AXIS_FORMS, "at B = 1 a mask's B axis reads as 1"),
+    Constraint(
+        ("mask form", "mask content"),
+        lambda f, m: f == "none" and m != "random",
+        "a mask content needs a boolean mask",
+    ),
+    Constraint(
+        ("S", "mask content"),
+        lambda s, m: m == "leading keys blocked over a whole tile" and s in ("1", "< 16"),
+        "a whole tile of 32 keys blocked needs S > 32",
+    ),
+    Constraint(("B", "heads"), lambda b, h: b == "equal to H" and h == "1:1", "B = H = 2 is the class B = 2"),
+    Constraint(
+        ("S", "mask form", "mask content"),
+        lambda s, f, m: s == "1" and f != "none" and m == "random",
+        "at S = 1 a random mask that keeps a key in every row blocks nothing (it reads as no mask)",
+    ),
+    Constraint(
+        ("S", "additive M"), lambda s, b: s == "1" and b == "-inf on some keys", "at S = 1 the one key is kept finite"
+    ),
+    Constraint(
+        ("B", "heads", "T", "S", "layout"),
+        lambda b, h, t, s, x: x == "transposed view" and b == "1" and t == "1" and (h in ("3:1", "8:1") or s == "1"),
+        "a transposed view needs two of B, H, T (S) longer than 1 in Q or K",
+    ),
+    Constraint(("Dk", "Dv"), lambda k, v: k == "1" and v == "< Dk", "no head dim is below Dk = 1"),
+    Constraint(("dropout",), lambda p: p == "on", DROPOUT_EXCLUDED),
+)
+
+
+def violated(row: dict[str, str]) -> list[str]:
+    """The reasons of every constraint ``row`` (a partial row: parameter -> value) breaks."""
+    out = []
+    for c in CONSTRAINTS:
+        try:
+            args = [row[p] for p in c.params]
+        except KeyError:
+            continue
+        if c.excludes(*args):
+            out.append(c.reason)
+    return out
+
+
+def reached_values(case: Case, direction: str, planned: dict[str, str] | None = None) -> dict[str, str]:
+    """The value class of each parameter that ``case`` (run in ``direction``) is in: the ``planned``
+    one when the case is in it (classes overlap: T = 5 is odd and may be < S), else the first that
+    holds; a parameter whose class no value names (a mask form outside the table) is left out."""
+    out = {}
+    planned = planned or {}
+    for p in PARAMETERS:
+        first = [p.value(planned[p.name])] if p.name in planned else []
+        for v in first + list(p.values):
+            try:
+                ok = v.holds(case, direction)
+            except Exception:  # noqa: BLE001 - a malformed case is in no class
+                ok = False
+            if ok:
+                out[p.name] = v.name
+                break
+    return out

@@ -1,0 +1,112 @@
+"""Which declared convention would make a failing output right: measured, on the failing case.
+
+A failure that a convention explains (float64 computed in float32, causal aligned bottom-right, a
+boolean mask of the other sense, rows blocked entirely filled with the mean of V or NaN) is told
+from a bug by asking the oracle for the case under that convention and comparing the kernel's own
+output with it, under the allowance of the same declaration: only a match within the error model
+suggests the ``--declare``. Rows blocked entirely are compared on those rows alone, so another
+error elsewhere in the output does not hide the fill. Runs once per failing clause test, on the last
+output the kernel returned (``GuardedAdapter.recent_calls``), so it costs a few oracle calls per
+failure and nothing when everything passes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+from conformance.contract import ALL_BLOCKED_POLICIES, Case, Declaration
+from conformance.harness.judge.expected import expected, output_allowance
+from conformance.harness.judge.tolerance import UNIT_ROUNDOFF
+from conformance.harness.spec.report import abs_error
+
+_BIG = np.finfo(np.float64).max
+FINITE_FILL = "finite fill"  # a finding, not a --declare: rows blocked entirely give the unmasked softmax
+
+
+def _alternatives(case: Case, decl: Declaration) -> Iterator[tuple[str, Case, Declaration, bool | str]]:
+    """(``--declare`` text, case, declaration, rows) for each convention the kernel did not declare
+    and the case can tell apart; rows: False compares every row, True the rows blocked entirely of
+    the case compared with, a string those rows *of the failing case* (its case differs)."""
+    if case.dtype == "float64" and decl.float64_computed_as == "float64":
+        yield "float64_computed_as=float32", case, decl.replace(float64_computed_as="float32"), False
+    if case.is_causal and case.T != case.S:
+        other = "bottom-right" if decl.causal_alignment == "top-left" else "top-left"
+        yield f"causal_alignment={other}", case, decl.replace(causal_alignment=other), False
+    if case.mask is not None and np.asarray(case.mask).dtype == np.bool_:
+        sense = "attend" if decl.mask_sense == "blocked" else "blocked"
+        yield f"mask_sense={sense}", case.replace(mask=~np.asarray(case.mask)), decl, False
+    float_only = case.bias is not None and case.mask is None
+    field = "all_blocked_float_mask" if float_only else "all_blocked"
+    for policy in ALL_BLOCKED_POLICIES:
+        if policy != decl.all_blocked_policy(case):
+            yield f"{field}={policy}", case, decl.replace(**{field: policy}), True
+    if case.mask is not None or case.is_causal:  # a finite fill: blocked rows keep the softmax over every key
+        yield FINITE_FILL, case.replace(mask=None, is_causal=False), decl, "failing case's rows"
+
+
+def _matches(out: np.ndarray, case: Case, decl: Declaration, rows: bool | str, empty: np.ndarray) -> bool:
+    want = expected(case, decl)
+    allowed = np.where(np.isfinite(a := output_allowance(case, decl)), a, _BIG)
+    err = abs_error(out, want.out)
+    if rows:
+        empty = np.asarray(want.all_blocked) if rows is True else empty
+        if not empty.any():
+            return False
+        return bool(np.all(err[empty] <= allowed[empty]))
+    return bool(np.all(err <= allowed))
+
+
+def matching_conventions(case: Case, out: np.ndarray, decl: Declaration) -> list[str]:
+    """The ``--declare`` settings under which ``out`` (the kernel's output for ``case``) is right,
+    and :data:`FINITE_FILL` when its rows blocked entirely are the softmax over every key."""
+    out = np.asarray(out, dtype=np.float64)
+    if out.shape != tuple(case.out_shape) or case.has_variant or case.dropout_p > 0:
+        return []
+    found = []
+    empty = np.asarray(expected(case, decl).all_blocked)
+    for text, alt_case, alt_decl, rows in _alternatives(case, decl):
+        try:
+            if _matches(out, alt_case, alt_decl, rows, empty):
+                found.append(text)
+        except Exception:  # noqa: BLE001 - an alternative the oracle cannot take suggests nothing
+            continue
+    return found
+
+
+def output_measure(case: Case, out: np.ndarray, decl: Declaration) -> dict | None:
+    """The worst error of ``out`` against the declared oracle, in the numbers a mismatch report
+    carries (``report.mismatch_report``), for a failure whose clause raised without one."""
+    out = np.asarray(out, dtype=np.float64)
+    if out.shape != tuple(case.out_shape) or case.has_variant or case.dropout_p > 0:
+        return None
+    want = expected(case, decl).out
+    allowed = output_allowance(case, decl)
+    err = abs_error(out, want)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = np.where(allowed > 0, err / allowed, np.where(err > 0, np.inf, 0.0))
+    i = np.unravel_index(int(np.argmax(ratio)), err.shape)
+    finite = np.isfinite(want)
+    scale = float(np.mean(np.abs(want[finite]))) if finite.any() else 0.0
+    at = max(abs(float(want[i])), scale) if np.isfinite(want[i]) else scale
+    return {
+        "what": "output (measured again)",
+        "bad": int((err > allowed).sum()),
+        "size": int(err.size),
+        "nan": int((np.isnan(out) & ~np.isnan(want)).sum()),
+        "err": float(err[i]),
+        "expected": float(want[i]),
+        "got": float(out[i]),
+        "allowed": float(allowed[i]),
+        "rel_err": float(err[i]) / at if at > 0 else None,
+        "max_abs_err": float(err.max()) if err.size else 0.0,
+    }
+
+
+def in_units(rel_err: float | None, dtype: str) -> str:
+    """A relative error in unit roundoffs of ``dtype`` ("1.2 float32 u (2^-24)")."""
+    if rel_err is None or not np.isfinite(rel_err):
+        return "non-finite"
+    u = UNIT_ROUNDOFF[dtype]
+    return f"{rel_err / u:.3g} {dtype} u (2^{int(np.log2(u))})"

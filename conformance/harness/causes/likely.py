@@ -1,0 +1,213 @@
+"""Likely causes: the failures of one adapter grouped by the smallest feature sets that explain them.
+
+Fifty failing clauses often have one cause (a softmax run in float32 for float64 inputs); a reader
+should not have to find it in fifty tracebacks. Every clause test records what it needs
+(``harness.causes.record``: the ``case_features`` of the cases that reached the kernel when it
+passed; its ``failure`` when it failed: the failing case's features, the guarded call, the measured
+error and the conventions under which the kernel's output would have been right,
+``harness.causes.conventions``), and at the
+end of the run :func:`likely_causes` sets the failing cases' features against the passing ones'.
+
+A feature set F *explains* a failure when the failing case has every feature of F and F is absent
+or rare (at most :data:`RARE` of the cases) among the cases that passed *the same clause* in other
+dtypes; a clause that failed in every dtype is compared with the cases that passed the clauses that
+failed in some dtype (those sensitive to what failed; half the passing cases are float64 in clauses
+no precision can fail), or, when they are fewer than :data:`MIN_SENSITIVE`, with every passing case.
+Greedy set cover then picks, again and again, the F of size 1 to 3 that explains the most failures
+not yet explained, a failure whose output matches a convention about F's features (measured, so
+more than a co-occurrence) counting twice (ties: fewer features, then more such matches, then a
+feature that names a known mechanism such as float16 overflow, then the rarer among all passing
+cases), so the root cause comes first. Each cause
+carries its clause and case counts, the measured error in units of the relevant precision and the
+``--declare`` the failing outputs match, if most of them match one. Cheap: bit matrices in NumPy,
+pairs and triples only over the features most frequent among the failures.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from conformance.harness.cases import features as cf
+from conformance.harness.causes.record import FAILING, record_fields
+
+__all__ = ["FAILING", "by_adapter", "likely_causes", "record_fields", "write_summary"]
+
+RARE = 0.1  # a feature set shared by more than this share of the reference passing cases explains nothing
+MAX_SIZE = 3
+_PAIR_POOL = 16  # features (most frequent among failures) combined into pairs
+_TRIPLE_POOL = 10  # ... and into triples
+MIN_SENSITIVE = 50  # passing cases of the clauses that failed elsewhere: fewer say too little to compare with
+
+
+# -- analysis: one adapter ----------------------------------------------------------------------------
+class _Population:
+    """Passing cases as a bit matrix (distinct feature keys x features) with their counts."""
+
+    def __init__(self, counter: Counter, index: dict[str, int]):
+        keys = list(counter)
+        self.matrix = np.zeros((len(keys), len(index)), dtype=bool)
+        for row, k in enumerate(keys):
+            for f in cf.split(k):
+                if f in index:
+                    self.matrix[row, index[f]] = True
+        self.counts = np.array([counter[k] for k in keys], dtype=np.int64)
+        self.total = int(self.counts.sum())
+        self._memo: dict[tuple[int, ...], int] = {}
+
+    def with_all(self, fset: tuple[int, ...]) -> int:
+        """How many passing cases have every feature of ``fset``."""
+        if fset not in self._memo:
+            hit = self.matrix[:, list(fset)].all(axis=1) if self.total else np.zeros(0, bool)
+            self._memo[fset] = int(self.counts[hit].sum())
+        return self._memo[fset]
+
+    def rare(self, fset: tuple[int, ...]) -> bool:
+        return self.total == 0 or self.with_all(fset) <= RARE * self.total
+
+
+def _references(rows: list[dict]) -> tuple[dict[str, Counter], Counter, Counter]:
+    """Passing cases per clause, of the clauses that failed in some other dtype, and of every clause."""
+    per_clause: dict[str, Counter] = {}
+    sensitive: Counter = Counter()
+    every: Counter = Counter()
+    failed = {r["clause"] for r in rows if r["outcome"] in FAILING}
+    for r in rows:
+        feats = r.get("case_features") or {}
+        if r["outcome"] != "passed" or not feats:
+            continue
+        per_clause.setdefault(r["clause"], Counter()).update(feats)
+        every.update(feats)
+        if r["clause"] in failed:
+            sensitive.update(feats)
+    return per_clause, sensitive, every
+
+
+def _candidates(fails: list[frozenset[int]]) -> list[tuple[int, ...]]:
+    freq = Counter(f for fs in fails for f in fs)
+    ranked = [f for f, _ in freq.most_common()]
+    cands = [(f,) for f in ranked]
+    for size, pool in ((2, _PAIR_POOL), (3, _TRIPLE_POOL)):
+        if size <= MAX_SIZE:
+            cands += [tuple(sorted(c)) for c in itertools.combinations(ranked[:pool], size)]
+    return cands
+
+
+def likely_causes(rows: list[dict]) -> dict:
+    """The causes of one adapter's failures, root cause first (see the module docstring).
+
+    ``rows`` are the adapter's ClauseResult dicts. Returns {"failures": n, "causes": [...],
+    "unexplained": [...]}; each cause: features, clause_tests (one failing case each), clauses,
+    errors, declare (see :func:`_describe`)."""
+    failing = [r for r in rows if r["outcome"] in FAILING]
+    if not failing:
+        return {"failures": 0, "causes": [], "unexplained": []}
+    with_case = [r for r in failing if (r.get("failure") or {}).get("features")]
+    names = sorted({f for r in with_case for f in cf.split(r["failure"]["features"])})
+    index = {f: i for i, f in enumerate(names)}
+    per_clause, sensitive, every = _references(rows)
+    fallback = ("sensitive", sensitive) if sum(sensitive.values()) >= MIN_SENSITIVE else ("every", every)
+    pops: dict[str, _Population] = {}
+
+    def population(name: str, counter: Counter) -> _Population:
+        if name not in pops:
+            pops[name] = _Population(counter, index)
+        return pops[name]
+
+    refs, sets = [], []
+    for r in with_case:
+        sets.append(frozenset(index[f] for f in cf.split(r["failure"]["features"])))
+        own = per_clause.get(r["clause"])
+        refs.append(population("clause " + r["clause"], own) if own else population(*fallback))
+    overall = population("every", every)
+    explains: dict[tuple[int, ...], set[int]] = {}
+    for cand in _candidates(sets):
+        hit = {i for i, (s, ref) in enumerate(zip(sets, refs)) if set(cand) <= s and ref.rare(cand)}
+        if hit:
+            explains[cand] = hit
+    uncovered = set(range(len(with_case)))
+    causes = []
+    from conformance.harness.causes.text import about, names_a_mechanism
+
+    def confirmed(c: tuple[int, ...]) -> int:
+        """Failures in ``c``'s reach whose output matches a convention about ``c``'s features."""
+        feats = [names[i] for i in c]
+        hits = explains[c] & uncovered
+        return sum(1 for i in hits if any(about(m, feats) for m in with_case[i]["failure"].get("matches") or ()))
+
+    while uncovered and explains:
+        best = min(
+            explains,
+            key=lambda c: (
+                -len(explains[c] & uncovered) - confirmed(c),
+                len(c),
+                -confirmed(c),
+                -names_a_mechanism([names[i] for i in c]),
+                overall.with_all(c),
+                c,
+            ),
+        )
+        newly = explains.pop(best) & uncovered
+        if not newly:
+            break
+        uncovered -= newly
+        causes.append(_describe([names[i] for i in best], [with_case[i] for i in sorted(newly)], overall, best))
+    unexplained = [r for i, r in enumerate(with_case) if i in uncovered] + [r for r in failing if r not in with_case]
+    return {
+        "failures": len(failing),
+        "causes": causes,
+        "unexplained": sorted(f"{r['clause']}[{r['dtype']}]" for r in unexplained),
+    }
+
+
+def _describe(features: list[str], rows: list[dict], overall: _Population, fset: tuple[int, ...]) -> dict:
+    from conformance.harness.causes.text import errors_summary, suggestion
+
+    declare, matched, checked = suggestion(rows, features)
+    return {
+        "features": features,
+        "clause_tests": len(rows),
+        "clauses": len({r["clause"] for r in rows}),
+        "clause_ids": sorted({r["clause"] for r in rows}),
+        "dtypes": sorted({str(r["failure"].get("dtype") or r["dtype"]) for r in rows}),
+        "calls": dict(Counter(r["failure"]["call"] for r in rows)),
+        "passing_cases_with_it": overall.with_all(fset),
+        "passing_cases": overall.total,
+        "errors": errors_summary(rows),
+        "declare": declare,
+        "declare_matched": matched,
+        "declare_checked": checked,
+    }
+
+
+# -- the run: every adapter ---------------------------------------------------------------------------
+_CACHE: dict[str, Any] = {}
+
+
+def by_adapter(results: list[dict]) -> dict[str, dict]:
+    """spec -> :func:`likely_causes` for every adapter of the run with failures (computed once per
+    state of ``results``: the summary and the certificate both ask)."""
+    key = (id(results), len(results))
+    if _CACHE.get("key") != key:
+        rows: dict[str, list[dict]] = {}
+        for r in results:
+            rows.setdefault(str(r["impl"]), []).append(r)
+        found = {spec: likely_causes(rs) for spec, rs in rows.items()}
+        _CACHE.update(key=key, found={s: f for s, f in found.items() if f["failures"]})
+    return _CACHE["found"]
+
+
+def write_summary(tr: Any, results: list[dict]) -> None:
+    """The summary's ``likely causes`` section (nothing when no adapter failed)."""
+    from conformance.harness.causes.text import summary_lines
+
+    found = by_adapter(results)
+    if not found:
+        return
+    tr.write_line("likely causes (failing cases' features absent or rare in the passing ones; root cause first):")
+    for spec, f in found.items():
+        for line in summary_lines(spec, f):
+            tr.write_line(f"  {line}")

@@ -1,0 +1,89 @@
+"""What one clause test records for ``harness.causes.likely``: the ``case_features`` of a passing test, or
+the ``failure`` of a failing one (the failing case's features, the guarded call it went through, the
+measured error and the conventions its output matches). Runs in ``runstate.clause_result`` for every
+clause test, so a passing test only copies a capped counter and a failing one costs a few oracle
+calls (``harness.causes.conventions``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from conformance.harness.cases import features as cf
+
+FAILING = ("failed", "expected failure")
+
+
+def _violation(exc: BaseException | None) -> BaseException | None:
+    """The exception that carries the case: a group's first member that has one (hypothesis reports
+    several distinct failures as a group; the shrunk example's exception is the one pytest sees)."""
+    if isinstance(exc, BaseExceptionGroup):
+        members = [_violation(e) for e in exc.exceptions]
+        return next((e for e in members if getattr(e, "case", None) is not None), members[0] if members else None)
+    return exc
+
+
+def _output_of(what: str, result: Any) -> np.ndarray | None:
+    if what == "vjp" or result is None:
+        return None
+    return result[0] if isinstance(result, tuple) else result
+
+
+def _json_number(x: Any) -> Any:
+    if isinstance(x, float) and not np.isfinite(x):
+        return str(x)
+    return x
+
+
+def failure_record(impl: Any, exc: BaseException | None) -> dict:
+    """What a failing clause test tells about its cause (JSON-sized): the failing case's features,
+    the call, the measured error and the matching conventions."""
+    from conformance.harness.causes import conventions as conv
+
+    exc = _violation(exc)
+    case = getattr(exc, "case", None)
+    recent = list(getattr(impl, "recent_calls", ()))
+    entry = next((e for e in reversed(recent) if case is not None and e[0] is case), recent[-1] if recent else None)
+    call = entry[1] if entry else "forward"
+    if case is None and entry is not None:
+        case = entry[0]
+    feats = entry[2] if entry and entry[0] is case and entry[2] else None
+    if feats is None and case is not None:
+        feats = cf.key(case, call, alignment=impl.declaration.causal_alignment)
+    measure = getattr(exc, "measure", None)
+    matches: list[str] = []
+    checked = False
+    out = _output_of(call, entry[3]) if entry else None
+    decl = impl.declaration
+    if out is not None:
+        try:
+            matches = conv.matching_conventions(entry[0], out, decl)
+            checked = True
+            if measure is None:
+                measure = conv.output_measure(entry[0], out, decl)
+        except Exception:  # noqa: BLE001 - a cause we cannot measure still has its features
+            pass
+    return {
+        "features": feats,
+        "call": call,
+        "error": type(exc).__name__ if exc is not None else None,
+        "dtype": getattr(case, "dtype", None),
+        "measure": {k: _json_number(v) for k, v in measure.items()} if measure else None,
+        "matches": matches,
+        "checked": checked,
+    }
+
+
+def record_fields(impl: Any, outcome: str, excinfo: Any = None) -> dict:
+    """The ``case_features`` / ``failure`` fields of a ClauseResult (``runstate.clause_result``)."""
+    if impl is None or not hasattr(impl, "case_features"):
+        return {}
+    if outcome == "passed":
+        return {"case_features": cf.cap(impl.case_features.items())}
+    if outcome in FAILING and excinfo is not None:
+        try:
+            return {"failure": failure_record(impl, getattr(excinfo, "value", None))}
+        except Exception as exc:  # noqa: BLE001 - the record is informative; the run must go on
+            return {"failure": {"features": None, "call": None, "note": f"not recorded: {type(exc).__name__}: {exc}"}}
+    return {}

@@ -1,0 +1,192 @@
+"""Likely causes in words: the measured error in units of the relevant precision, the ``--declare``
+a cause's failing outputs match, and the summary lines and Markdown section (``harness.causes.likely``
+computes them; the plugin's summary and the certificate print them)."""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+
+from conformance.harness.causes.conventions import FINITE_FILL, in_units
+
+# What a matched convention (or a feature without one) most likely means, in a few words.
+_HINTS = {
+    "float64_computed_as=float32": "float64 computed in float32?",
+    "causal_alignment=bottom-right": "causal mask aligned bottom-right (the KV-cache offset)?",
+    "causal_alignment=top-left": "causal mask aligned top-left?",
+    "mask_sense=attend": "boolean mask read as True = may attend?",
+    "mask_sense=blocked": "boolean mask read as True = blocked?",
+    "all_blocked=mean-v": "rows blocked entirely give the mean of V (a finite fill instead of -inf?)",
+    "all_blocked=nan": "rows blocked entirely give NaN",
+    "all_blocked=zeros": "rows blocked entirely give zeros",
+    "all_blocked_float_mask=mean-v": "rows of -inf in a float mask give the mean of V",
+    "all_blocked_float_mask=nan": "rows of -inf in a float mask give NaN",
+    "all_blocked_float_mask=zeros": "rows of -inf in a float mask give zeros",
+    FINITE_FILL: "rows blocked entirely give the softmax over every key: blocked keys get a finite fill "
+    "(e.g. -1e4) instead of -inf (000 §7.3)?",
+}
+_FEATURE_HINTS = {
+    "|QK^T| > 65504 (float16 max)": "QK^T overflows float16: not upcast before QK^T (000 §8)?",
+    "large |scores| (>= 64)": "large scores mishandled (no max subtracted, or a finite fill for blocked keys)?",
+    "row blocked entirely: bool": "the fill of rows blocked entirely (000 §8: weights and output 0)?",
+    "row blocked entirely: float -inf": "the fill of rows of -inf in a float mask?",
+    "causal, T != S": "causal alignment when T != S?",
+    "backward (vjp)": "the backward pass?",
+    "dtype=float64": "float64 computed in a lower precision (000 §8 keeps float64)?",
+    "dtype=float16": "float16 computed in float16: QK^T or the softmax not upcast to float32 (000 §8)?",
+    "dtype=bfloat16": "bfloat16 computed in bfloat16: QK^T or the softmax not upcast to float32 (000 §8)?",
+    "dtype float16 or bfloat16": "low precision computed in the input dtype: not upcast to float32 (000 §8)?",
+}
+
+
+# A --declare (or finding) is suggested for a cause only when it is about one of the cause's features.
+_ABOUT = {
+    "float64_computed_as": ("dtype=float64",),
+    "causal_alignment": ("causal",),
+    "mask_sense": ("bool mask",),
+    "all_blocked": ("row blocked entirely",),
+    "all_blocked_float_mask": ("row blocked entirely",),
+    FINITE_FILL: ("row blocked entirely",),
+}
+
+
+def about(match: str, features: list[str]) -> bool:
+    """Whether the convention ``match`` (a ``--declare`` or a finding) is about one of ``features``."""
+    prefixes = _ABOUT.get(match.split("=")[0], ())
+    return any(f.startswith(prefixes) for f in features) if prefixes else False
+
+
+def names_a_mechanism(features: list[str]) -> int:
+    """How specifically a feature of the set names a known way kernels fail: 0 for none, higher for
+    an earlier (more specific) entry of :data:`_FEATURE_HINTS`."""
+    order = list(_FEATURE_HINTS)
+    return max((len(order) - order.index(f) for f in features if f in _FEATURE_HINTS), default=0)
+
+
+def suggestion(rows: list[dict], features: list[str]) -> tuple[str | None, int, int]:
+    """(convention, failing outputs that match it, outputs it could be checked on): the convention
+    about ``features`` that most of the checked failing outputs match, or (None, 0, checked)."""
+    checked = sum(1 for r in rows if r["failure"].get("checked"))
+    votes = Counter(m for r in rows for m in (r["failure"].get("matches") or []) if about(m, features))
+    if not votes:
+        return None, 0, checked
+    best, n = max(votes.items(), key=lambda kv: (kv[1], "=" in kv[0]))
+    return (best, n, checked) if 2 * n >= max(checked, 1) else (None, 0, checked)
+
+
+def _unit_dtype(dtype: str, rel: float) -> str:
+    """float64 errors of rounding size past float64's own are read in float32 units (computed in float32?)."""
+    return "float32" if dtype == "float64" and 2.0**-40 < rel < 2.0**-10 else dtype
+
+
+def errors_summary(rows: list[dict]) -> dict[str, dict]:
+    """Per dtype: the median worst relative error, in units of the relevant precision, and how
+    far past the allowance; NaN outputs counted apart."""
+    out: dict[str, dict] = {}
+    by_dtype: dict[str, list[dict]] = {}
+    for r in rows:
+        m = r["failure"].get("measure")
+        if m:
+            by_dtype.setdefault(str(r["failure"].get("dtype") or r["dtype"]), []).append(m)
+    for dtype, ms in sorted(by_dtype.items()):
+        rels = [m["rel_err"] for m in ms if isinstance(m.get("rel_err"), float)]
+        ratios = [m["err"] / m["allowed"] for m in ms if _num(m.get("err")) and _num(m.get("allowed")) and m["allowed"]]
+        entry: dict = {"cases": len(ms), "nan_cases": sum(1 for m in ms if m.get("nan"))}
+        if rels:
+            med = statistics.median(rels)
+            entry.update(median_rel_err=med, in_units=in_units(med, _unit_dtype(dtype, med)))
+        if ratios:
+            entry["times_allowed"] = statistics.median(ratios)
+        out[dtype] = entry
+    return out
+
+
+def _num(x) -> bool:
+    return isinstance(x, float | int) and x == x and abs(x) != float("inf")
+
+
+def hint(cause: dict) -> str:
+    """What the cause most likely is, in a few words: from the matched convention, else its features
+    (the float16 overflow only where every failing case is float16 or bfloat16)."""
+    if cause.get("declare") in _HINTS:
+        return _HINTS[cause["declare"]]
+    low = set(cause.get("dtypes") or ()) <= {"float16", "bfloat16"}
+    feats = [f for f in cause["features"] if low or f != "|QK^T| > 65504 (float16 max)"]
+    if not low and len(feats) < len(cause["features"]):
+        feats.append("large |scores| (>= 64)")
+    return next((_FEATURE_HINTS[f] for f in feats if f in _FEATURE_HINTS), "")
+
+
+def _errors_line(errors: dict[str, dict]) -> str:
+    parts = []
+    for dtype, e in errors.items():
+        rel = e.get("median_rel_err")
+        if rel is None:
+            text = dtype
+        elif rel < 2.0**-6:
+            text = f"{dtype} ~{e['in_units']} relative"
+        else:
+            text = f"{dtype} relative error {rel:.3g}"
+        if "times_allowed" in e:
+            ratio = e["times_allowed"]
+            text += f", {ratio:.3g}x allowed" if ratio < 1e6 else ", >1e6x allowed"
+        if e.get("nan_cases"):
+            text += f", NaN in {e['nan_cases']} of {e['cases']}"
+        parts.append(text + f" (median of {e['cases']})")
+    return "; ".join(parts)
+
+
+def cause_lines(n: int, cause: dict) -> list[str]:
+    """One cause in the summary: its features and counts, its errors, its hint and ``--declare``."""
+    calls = ", ".join(f"{k} {v}" for k, v in sorted(cause["calls"].items()))
+    lines = [
+        f"{n}. {' + '.join(cause['features'])}: {cause['clause_tests']} failing clause tests of "
+        f"{cause['clauses']} clauses ({calls}); in {cause['passing_cases_with_it']} of {cause['passing_cases']} "
+        "passing cases"
+    ]
+    if cause["errors"]:
+        lines.append(f"   errors: {_errors_line(cause['errors'])}")
+    text = hint(cause)
+    if cause.get("declare"):
+        what = f"--declare {cause['declare']}" if "=" in cause["declare"] else "measured"
+        text += (
+            f" {what} (the failing output matches it in {cause['declare_matched']} of the "
+            f"{cause['declare_checked']} failing outputs checked)"
+        )
+    if text:
+        lines.append(f"   {text.strip()}")
+    lines.append(f"   clauses: {', '.join(cause['clause_ids'][:8])}{' ...' if len(cause['clause_ids']) > 8 else ''}")
+    return lines
+
+
+def summary_lines(spec: str, found: dict) -> list[str]:
+    """The ``likely causes`` lines of one adapter (empty when it had no failure)."""
+    if not found.get("failures"):
+        return []
+    lines = [f"{spec}: {found['failures']} failing clause tests"]
+    for n, cause in enumerate(found["causes"], 1):
+        lines += ["  " + ln for ln in cause_lines(n, cause)]
+    if found["unexplained"]:
+        shown = ", ".join(found["unexplained"][:10])
+        more = " ..." if len(found["unexplained"]) > 10 else ""
+        lines.append(f"  not explained by a feature set: {shown}{more}")
+    return lines
+
+
+def markdown(found: dict | None) -> list[str]:
+    """The certificate's ``Likely causes`` section for one adapter."""
+    if not found or not found.get("failures"):
+        return []
+    out = [
+        "## Likely causes\n",
+        f"{found['failures']} failing clause tests, grouped by the smallest feature "
+        "sets present in the failing cases and absent or rare in the passing ones (root cause first).\n",
+    ]
+    for n, cause in enumerate(found["causes"], 1):
+        first, *rest = cause_lines(n, cause)
+        head = f"{n}. {' + '.join(cause['features'])}"
+        out.append(f"{n}. **{head[len(str(n)) + 2 :]}**{first[len(head) :]}")
+        out += [f"   - {ln.strip()}" for ln in rest]
+    if found["unexplained"]:
+        out.append(f"\nNot explained by a feature set: {', '.join(found['unexplained'])}")
+    return out + [""]

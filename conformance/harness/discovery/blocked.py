@@ -1,0 +1,96 @@
+"""Discovery's probe of rows whose keys are all blocked: the fill for a boolean mask and for a row of -inf in M.
+
+The spec fills such a row with zeros (000 §8); kernels also give NaN (softmax of nothing) or the mean
+of V (a finite fill such as jax's). The witness blocks three rows entirely (two heads, first, middle
+and last positions) and leaves the others partly blocked; every dead row is classified on its own, so
+a kernel that fills some rows one way and others another (NaN only where a tile's guard is missing) is
+a finding: the contract allows one policy per mask kind (``contract.ALL_BLOCKED_POLICIES``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from conformance import oracle
+from conformance.contract import ALL_BLOCKED_POLICIES, Case
+from conformance.harness.discovery import witness as w
+from conformance.harness.discovery.probes import base
+from conformance.harness.discovery.probing import Probing
+
+DEAD_ROWS = ((0, 0, 1), (0, 1, 0), (0, 1, 2))  # (b, h, t) blocked entirely in the witness
+
+
+def _dead_witness(p: Probing, additive: bool) -> Case:
+    blocked = np.zeros((1, 2, 3, 5), dtype=bool)
+    blocked[0, 0, 0, 2] = blocked[0, 1, 1, 4] = True  # partly blocked rows too
+    for b, h, t in DEAD_ROWS:
+        blocked[b, h, t] = True
+    if not additive:
+        return base(p, 15, mask=blocked)
+    finite = 0.5 * np.random.default_rng(16).standard_normal(blocked.shape)
+    return base(p, 15, bias=np.where(blocked, -np.inf, finite))
+
+
+def _fills(p: Probing, case: Case, what: str) -> tuple[set[str], str]:
+    """The fill of each all-blocked row ("zeros", "nan", "mean-v" or "other"), and the evidence."""
+    o = p.forward(case)
+    if not o.ok:
+        return set(), f"{what}: {o.error}"
+    out = np.asarray(o.value, dtype=np.float64)
+    dead = oracle.forward(case).all_blocked
+    mean_v = w.reference(case, all_blocked="mean-v")
+    by: dict[str, list[str]] = {}
+    for b, h, t in zip(*np.nonzero(dead)):
+        row = out[b, h, t]
+        fill = "zeros" if np.all(row == 0) else "nan" if np.all(np.isnan(row)) else None
+        if fill is None:
+            fill = "mean-v" if w.matches(w.err(row, mean_v[b, h, t]), p.dtype) else "other"
+        by.setdefault(fill, []).append(
+            f"(h={h},t={t})" + (f" {np.round(row[:3], 3).tolist()}" if fill == "other" else "")
+        )
+    e_live = w.err(out, w.reference(case), ~dead)
+    if not w.matches(e_live, p.dtype):
+        p.finding(f"{what}: the rows that see keys differ from the oracle (err {w.fmt(e_live)})")
+    rows = "; ".join(f"{fill} on {' '.join(ix)}" for fill, ix in by.items())
+    return set(by), f"{what}: {rows} (other rows err {w.fmt(e_live)})"
+
+
+def _judge(p: Probing, fills: set[str], kind: str, evidence: str) -> str | None:
+    if len(fills) == 1 and next(iter(fills)) in ALL_BLOCKED_POLICIES:
+        return next(iter(fills))
+    if len(fills) > 1:
+        p.finding(f"{kind} all-blocked rows are filled in more than one way, {evidence}: one policy per mask kind")
+    elif fills:
+        p.finding(f"{kind} all-blocked rows give neither zeros, NaN nor the mean of V, {evidence}")
+    return None
+
+
+def all_blocked(p: Probing) -> None:
+    """``all_blocked`` from boolean rows, ``all_blocked_float_mask`` from -inf rows (None when the two agree)."""
+    only_float = not p.decl.bool_mask and "all_blocked" not in p.pinned  # -inf rows then say all_blocked
+    if "all_blocked" in p.pinned:
+        p.pinned_here("all_blocked")
+    elif p.decl.bool_mask:
+        fills, ev = _fills(p, _dead_witness(p, False), f"boolean mask, {len(DEAD_ROWS)} rows blocked entirely")
+        policy = _judge(p, fills, "boolean", ev)
+        p.record("all_blocked", policy, ev) if policy else p.keep("all_blocked", f"kept: {ev}")
+    elif not p.decl.float_mask:
+        p.keep("all_blocked", "not measured: no mask")
+    if p.pinned_here("all_blocked_float_mask"):
+        return
+    if not p.decl.float_mask:
+        p.keep("all_blocked_float_mask", "not measured: no float mask")
+        return
+    fills, ev = _fills(p, _dead_witness(p, True), f"float mask, {len(DEAD_ROWS)} rows all -inf")
+    policy = _judge(p, fills, "-inf float", ev)
+    if policy is None:
+        if only_float:
+            p.keep("all_blocked", "kept: no boolean mask, and the -inf rows gave no single policy")
+        p.keep("all_blocked_float_mask", f"kept: {ev}")
+    elif only_float:
+        p.record("all_blocked", policy, f"{ev} (no boolean mask: all_blocked says it)")
+        p.record("all_blocked_float_mask", None, "the same as all_blocked")
+    elif policy == p.decl.all_blocked:
+        p.record("all_blocked_float_mask", None, f"{ev}: the same as all_blocked")
+    else:
+        p.record("all_blocked_float_mask", policy, ev)

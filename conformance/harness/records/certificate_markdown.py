@@ -1,0 +1,238 @@
+"""A conformance certificate in Markdown: one certificate for people, or several side by side.
+
+Both forms write a clause's outcome with the same cell (:data:`OUTCOME_CELL`), so "n/a" or
+"**FAIL**" means one thing whichever table it is read in.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conformance.contract import DTYPES
+from conformance.harness.discovery.discover import declare_text
+from conformance.harness.records import coverage_tables
+
+# -- one certificate ----------------------------------------------------------------------------------
+OUTCOME_CELL: dict[str, str] = {
+    "pass": "pass",
+    "fail": "**FAIL**",
+    "not applicable": "n/a",
+    "skipped": "skipped",
+    "not run": "not run",
+    "not in profile": "not in profile",
+    "expected failure": "expected failure",
+    "stale expectation": "**STALE**",
+}
+"""A clause's outcome in a certificate (``certificate._clause_outcome``) as a Markdown table cell."""
+
+
+def outcome_cell(outcome: str) -> str:
+    return OUTCOME_CELL.get(outcome, outcome)
+
+
+def _esc(s: Any) -> str:
+    return str(s).replace("|", "\\|").replace("\n", " ")
+
+
+def _discovery_lines(record: dict | None) -> list[str]:
+    """The certificate's section for a run under ``--discover``."""
+    if not record:
+        return []
+    out = [
+        "\n## Discovered declaration\n",
+        f"This run certified under a discovered declaration: {declare_text(record)}.\n",
+    ]
+    out.append("| field | measured | evidence |\n|---|---|---|")
+    out += [f"| {m['field']} | {_esc(m['value'])} | {_esc(m['evidence'])} |" for m in record["measured"]]
+    out.append("\nFindings (behaviours no declaration field allows; never declared away):\n")
+    out += [f"- {_esc(f)}" for f in record["findings"]] or ["- none"]
+    return out
+
+
+def render_markdown(doc: dict) -> str:
+    """The certificate ``doc`` (``certificate.build``) for people: one section per adapter."""
+    from conformance.harness.causes import text as causes_text
+
+    out = []
+    for spec, a in doc["adapters"].items():
+        out.append(f"# SDPA conformance certificate: `{spec}`\n")
+        if a["verdict"] == "NOT RUN" and "clauses" not in a:
+            out.append(f"**Verdict: NOT RUN** ({a.get('reason', '')})\n")
+            continue
+        cov = a.get("coverage") or {}
+        out.append(f"**Verdict: {a['verdict']}**: {cov.get('summary', '')}.\n")
+        out += [f"- {line}" for line in cov.get("details", [])]
+        if cov.get("details"):
+            out.append("")
+        out += deviation_lines(a.get("deviations") or [])
+        out += expectation_lines(a.get("expectations") or {})
+        out.append(
+            "The verdict holds for the declaration below: a clause the declaration rules out is *not "
+            "applicable* (reason given) and says nothing about the kernel. Outputs are compared with a "
+            "float64 oracle under the tolerance rule of `conformance/harness/judge/tolerance.py`.\n"
+        )
+        g = doc["golden_set"]
+        out.append("| | |\n|---|---|")
+        hashes = "hashes verified" if g["hashes_ok"] else "HASH PROBLEMS: " + _esc("; ".join(g["problems"]))
+        out += [
+            f"| suite | sdpa-conformance {doc['suite']['version']} |",
+            f"| spec revision | {_esc(doc['suite']['spec_revision'])} |",
+            f"| golden fixture set (sha256 of manifest) | `{g['sha256']}` ({hashes}) |",
+            f"| command | `{_esc(doc['command'])}` |",
+            f"| hypothesis profile | {doc.get('profile')} |",
+            f"| date | {doc['date']} |",
+        ]
+        env = a["environment"]
+        out.append("\n## Environment\n\n| | |\n|---|---|")
+        out += [f"| {k} | {_esc(env[k])} |" for k in ("platform", "machine", "processor", "python", "device")]
+        out += [f"| {lib} | {v} |" for lib, v in env["libraries"].items()]
+        out.append("\n## Declaration\n\n| field | value |\n|---|---|")
+        out += [f"| {k} | {_esc(v)} |" for k, v in a["declaration"].items() if k != "notes"]
+        if a["declaration"].get("notes"):
+            out.append(f"\nNotes: {a['declaration']['notes']}")
+        out += _discovery_lines(a.get("discovery"))
+        out.append("\n## Clauses\n\n| clause | result | detail | what it checks |\n|---|---|---|---|")
+        for cid, cl in a["clauses"].items():
+            out.append(f"| {cid} | {outcome_cell(cl['outcome'])} | {_esc(cl['detail'])} | {_esc(cl['title'])} |")
+        out += causes_text.markdown(a.get("likely_causes"))  # issue 18: failures grouped by cause
+        if a.get("space_coverage"):
+            out += coverage_tables.cells_markdown(a["space_coverage"])
+        if a.get("pair_coverage"):
+            out += coverage_tables.pairs_markdown(a["pair_coverage"])
+        out.append("\n## Error against the float64 oracle, per dtype\n")
+        out.append(f"Source: {a['error_stats_source']}.\n")
+        if a["error_stats"]:
+            out.append("| dtype | max abs error | mean abs error | 99th percentile |\n|---|---|---|---|")
+            for d, s in a["error_stats"].items():
+                out.append(f"| {d} | {s['max']:.3g} | {s['mean']:.3g} | {s['p99']:.3g} |")
+        b = a.get("baseline")
+        if b:
+            out.append("\n## Regression baseline\n")
+            if "recorded" in b:
+                out.append(f"Recorded to `{b['recorded']}` in this run.")
+            else:
+                out.append(f"Compared against `{b['directory']}`: **{'no drift' if b['passed'] else 'MOVED'}**.")
+                if b.get("environment_changes"):
+                    out.append("Environment changes since the recording: " + "; ".join(b["environment_changes"]))
+                for p in b.get("problems", []):
+                    out.append("\n```\n" + p + "\n```")
+        out += perf_lines(a.get("perf"))
+        out.append("\n## Failures\n")
+        if not a["failures"]:
+            out.append("None.")
+        for f in a["failures"]:
+            out.append(f"### {f['clause']} [{f['dtype']}]\n\nReproduce: `{f['reproduce']}`\n\n```\n{f['message']}\n```")
+        out.append("")
+    return "\n".join(out) + "\n"
+
+
+# -- several certificates side by side ---------------------------------------------------------
+def render_compare(cols: list[tuple[str, dict, dict]]) -> str:
+    """Several certificates side by side as one Markdown table, clause x adapter; ``cols`` as
+    ``conformance.certificates.load`` gives them (label, adapter entry, whole certificate)."""
+    if not cols:
+        return "no adapters in the given certificates\n"
+    clauses = sorted({cid for _, e, _ in cols for cid in e.get("clauses", {})})
+    head = "| clause | " + " | ".join(c for c, _, _ in cols) + " |"
+    lines = [head, "|---|" + "---|" * len(cols)]
+    lines.append("| **verdict** | " + " | ".join(f"**{e.get('verdict', '?')}**" for _, e, _ in cols) + " |")
+    lines.append("| declared deviations | " + " | ".join(_deviation_cell(e) for _, e, _ in cols) + " |")
+    lines.append("| expected failures | " + " | ".join(_expected_cell(e) for _, e, _ in cols) + " |")
+    for cid in clauses:
+        cells = []
+        for _, e, _ in cols:
+            cl = e.get("clauses", {}).get(cid)
+            if cl is None:
+                cells.append("-")
+                continue
+            cell = outcome_cell(cl["outcome"])
+            if cl["outcome"] in ("fail", "expected failure", "stale expectation"):
+                cell += " (" + cl["detail"].split(": ", 1)[-1].split(" (")[0] + ")"
+            cells.append(cell)
+        lines.append(f"| {cid} | " + " | ".join(cells) + " |")
+    dtypes = [d for d in DTYPES if any(d in e.get("error_stats", {}) for _, e, _ in cols)]
+    for d in dtypes:
+        cells = [f"{e['error_stats'][d]['max']:.3g}" if d in e.get("error_stats", {}) else "-" for _, e, _ in cols]
+        lines.append(f"| max error vs oracle, {d} | " + " | ".join(cells) + " |")
+    lines.append("| device | " + " | ".join(e.get("environment", {}).get("device", "-") for _, e, _ in cols) + " |")
+    lines.append(
+        "| golden set | " + " | ".join(f"`{(d['golden_set']['sha256'] or '-')[:12]}`" for _, _, d in cols) + " |"
+    )
+    lines.append("| date | " + " | ".join(d.get("date", "-") for _, _, d in cols) + " |")
+    legend = (
+        "\npass: passed in every dtype it applies to; **FAIL** (dtypes): failed there; n/a: the declaration "
+        "rules the clause out (reasons in each certificate); expected failure: failed as the adapter's "
+        "expectations file lists it; **STALE**: listed there but passed; -: not in that certificate. Declared "
+        "deviations: declaration values that depart from a rule of the spec (each certificate quotes the rule).\n"
+    )
+    return "\n".join(lines) + "\n" + legend
+
+
+def perf_lines(section: dict | None) -> list[str]:
+    """The Markdown certificate's lines for this run's performance data (empty when there is none)."""
+    if not section:
+        return []
+    from conformance.harness.perf import report as perf_report
+
+    lines = perf_report.summary_lines(section)
+    if not lines:
+        return []
+    out = ["\n## Performance and engineering claims\n"]
+    out += [f"- {line}" for line in lines]
+    ratios = section.get("error_ratios") or {}
+    if ratios:
+        worst = sorted(((max(v.values()), cid) for cid, v in ratios.items() if v), reverse=True)[:5]
+        out.append(
+            "- closest to the allowance (worst |error| / allowed): " + ", ".join(f"{c} {r:.2g}" for r, c in worst)
+        )
+    return out
+
+
+def deviation_lines(deviations: list[dict]) -> list[str]:
+    """The declared deviations from the spec, each with the sentence it departs from (empty: none)."""
+    if not deviations:
+        return []
+    out = [
+        "## Declared deviations from the spec\n",
+        "The kernel declares these conventions and the clauses test them as declared; each departs from "
+        "a rule the spec states, so a run that passes conforms *as declared*, not to the spec.\n",
+        "| field | value | what the kernel does | departs from |\n|---|---|---|---|",
+    ]
+    for d in deviations:
+        out.append(
+            f"| {d['field']} | {_esc(d['value'])} | {_esc(d['what'])} | "
+            f"{_esc(d['file'])} {_esc(d['section'])}: \u201c{_esc(d['sentence'])}\u201d |"
+        )
+    return [*out, ""]
+
+
+def expectation_lines(section: dict) -> list[str]:
+    """The expectations file applied, its entries, and the clause tests they matched (empty: none)."""
+    if not section.get("file"):
+        return []
+    out = [f"## Expected failures\n\nExpectations file: `{section['file']}`.\n"]
+    if section.get("error"):
+        out.append(f"Could not be read: {_esc(section['error'])}\n")
+    out.append("| clause | dtypes | reason | evidence | link | this run |\n|---|---|---|---|---|---|")
+    hits: dict[str, list[str]] = {}
+    for key, word in (("expected_failures", "failed as expected"), ("stale", "**STALE: passed**")):
+        for r in section.get(key, []):
+            hits.setdefault(r["clause"], []).append(f"{word} ({r['dtype'] or 'no dtype axis'})")
+    for e in section.get("entries", []):
+        run = "; ".join(hits.get(e["clause"], [])) or "not run or not applicable"
+        out.append(
+            f"| {e['clause']} | {', '.join(e['dtypes'] or ['all'])} | {_esc(e['reason'])} | {_esc(e['evidence'])} "
+            f"| {_esc(e.get('link') or '')} | {run} |"
+        )
+    return [*out, ""]
+
+
+def _deviation_cell(entry: dict) -> str:
+    devs = entry.get("deviations") or []
+    return ", ".join(f"{d['field']}={d['value']}" for d in devs) or "none"
+
+
+def _expected_cell(entry: dict) -> str:
+    cov = entry.get("coverage") or {}
+    n, stale = cov.get("expected_failures", 0), cov.get("stale_expectations", 0)
+    return f"{n}" + (f", **{stale} stale**" if stale else "")

@@ -1,0 +1,92 @@
+"""Coverage of the case space: which cells (feature x shape class) a run reached, per adapter.
+
+"Passed" must never hide "not tried". Every case that reaches a kernel through the guarded call
+(``harness.calls.guarded.GuardedAdapter``) is classified into its cells (``harness.cases.cells``: the features it
+exercises x its shape classes), counted per adapter. The cells a declaration *admits* are listed
+too, so the certificate (and the run's summary) can name the cells the declaration admits but the
+run never reached.
+
+Registered as a sub-plugin by ``conformance.harness.plugin``. The counts live on each guarded
+adapter while a clause test runs; this module moves them into the test's report
+(``report.user_properties``), and the controlling process sums them from the reports, so a run
+under pytest-xdist counts the same cells as a serial run.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from conformance.harness.cases.cells import FEATURES, SEP, SHAPE_CLASSES, admitted, cells_of, features_of
+from conformance.harness.records import coverage_tables
+from conformance.harness.run import runstate
+from conformance.harness.run.report_channel import ReportChannel
+
+__all__ = [
+    "FEATURES",
+    "SEP",
+    "SHAPE_CLASSES",
+    "admitted",
+    "cells_of",
+    "counts",
+    "features_of",
+]
+
+
+# -- the sub-plugin: counts travel in the reports (harness.run.report_channel) -------------------------
+def _merge(store: dict[str, Counter], impl: str, cells: dict[str, int]) -> None:
+    store.setdefault(impl, Counter()).update(cells)
+
+
+CHANNEL = ReportChannel("sdpa_conformance_cells", _merge)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    CHANNEL.configure(config)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    CHANNEL.unconfigure(config)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    rep = yield
+    if rep.when == "call":
+        impl = getattr(item, "funcargs", {}).get("impl")
+        cells = getattr(impl, "cells", None)
+        if cells:
+            CHANNEL.send(rep, impl.spec or impl.name, dict(cells))
+    return rep
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    CHANNEL.receive(report)
+
+
+def counts(config: pytest.Config) -> dict[str, Counter]:
+    """spec -> Counter of cells reached in this run (the controlling process's sum)."""
+    return CHANNEL.store(config)
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    state = runstate.get_state(config)
+    store = counts(config)
+    if state is None or not store or runstate.is_xdist_worker(config):
+        return
+    terminalreporter.section("sdpa-conformance case-space coverage")
+    for spec, reached in store.items():
+        res = state.resolved.get(spec)
+        if res is None or not res.usable:
+            continue
+        rec = coverage_tables.cells_table(reached, res.adapter.declaration)
+        line = f"{spec}: {rec['reached']}/{rec['admitted']} admitted cells reached"
+        if rec["not_reached"]:
+            shown = "; ".join(rec["not_reached"][:4])
+            more = len(rec["not_reached"]) - 4
+            line += f"; never reached: {shown}"
+            if more > 0:
+                line += f"; ... and {more} more (--certificate lists all)"
+        terminalreporter.write_line(line)

@@ -1,0 +1,94 @@
+"""Pair (and triple) coverage: which admitted t-tuples of value classes reached the kernel, per adapter.
+
+Counted from what reached the kernel, not from the plan: the covering clauses
+(conformance/clauses/test_covering.py) call :func:`record` after a guarded call *returned*, with the
+value classes the case it sent is in (``pairs_space.reached_values``: a planned class is credited only
+when the case really is in it). The records live on the guarded adapter while a test runs, travel in
+the test's report (``user_properties``, JSON: one dict of classes per case), and the controlling
+process sums them, so a pytest-xdist run counts the same tuples as a serial one. What is admitted and
+excluded comes from the plan (``harness.cases.covering.plan``), a function of the declaration alone.
+
+Registered as a sub-plugin by ``conformance.harness.plugin``; the certificate calls :func:`table` and
+:func:`render_markdown`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from conformance.contract import Case
+from conformance.harness.cases.pairs_space import reached_values
+from conformance.harness.cases.profiles import profile_name
+from conformance.harness.records import coverage_tables
+from conformance.harness.run import runstate
+from conformance.harness.run.report_channel import ReportChannel
+
+ATTR = "covering_reached"  # list of value-class records on the guarded adapter
+
+
+def strengths() -> tuple[int, ...]:
+    """The t of the loaded profile's covering arrays (ci: pairs; thorough: triples, pairs shown too)."""
+    return (2, 3) if profile_name() == "thorough" else (2,)
+
+
+def record(impl: Any, case: Case, direction: str, planned: dict[str, str]) -> None:
+    """Note that ``case`` reached the kernel behind ``impl`` in ``direction`` ("forward"/"backward")."""
+    store = getattr(impl, ATTR, None)
+    if store is None:
+        store = []
+        setattr(impl, ATTR, store)
+    store.append(reached_values(case, direction, planned))
+
+
+def _merge(store: dict[str, list], impl: str, recs: list[dict[str, str]]) -> None:
+    store.setdefault(impl, []).extend(recs)
+
+
+CHANNEL = ReportChannel("sdpa_conformance_pairs", _merge)  # harness.run.report_channel
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    CHANNEL.configure(config)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    CHANNEL.unconfigure(config)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    rep = yield
+    if rep.when == "call":
+        impl = getattr(item, "funcargs", {}).get("impl")
+        recs = getattr(impl, ATTR, None)
+        if recs:
+            CHANNEL.send(rep, impl.spec or impl.name, list(recs))
+            recs.clear()
+    return rep
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    CHANNEL.receive(report)
+
+
+def records(config: pytest.Config) -> dict[str, list[dict[str, str]]]:
+    """spec -> the value-class records of every case that reached the kernel (controlling process)."""
+    return CHANNEL.store(config)
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    state = runstate.get_state(config)
+    store = records(config)
+    if state is None or not store or runstate.is_xdist_worker(config):
+        return
+    terminalreporter.section("sdpa-conformance pair coverage")
+    for spec, recs in store.items():
+        res = state.resolved.get(spec)
+        if res is None or not res.usable:
+            continue
+        for t, rec in coverage_tables.pairs_table(recs, res.adapter.declaration, strengths()).items():
+            terminalreporter.write_line(f"{spec}: {coverage_tables.pairs_line(t, rec)}")
+            if t == "2":
+                terminalreporter.write_line(f"    {coverage_tables.pairs_excluded_line(rec)}")
