@@ -95,11 +95,24 @@ def np_dtype(name: str) -> np.dtype:
 
 
 def dtype_name(dtype: np.dtype) -> str:
-    """Inverse of :func:`np_dtype`; unknown dtypes are returned by their NumPy name."""
-    dtype = np.dtype(dtype)
-    if BFLOAT16 is not None and dtype == BFLOAT16:
-        return "bfloat16"
-    return dtype.name
+    """Inverse of :func:`np_dtype`; unknown dtypes are returned by their NumPy name.
+
+    Asked for on every array the suite looks at (hundreds of thousands of times in a certification),
+    so each distinct argument is answered once and remembered."""
+    try:
+        return _DTYPE_NAMES[dtype]
+    except (KeyError, TypeError):  # TypeError: an unhashable argument, answered without the memo
+        pass
+    resolved = np.dtype(dtype)
+    name = "bfloat16" if BFLOAT16 is not None and resolved == BFLOAT16 else resolved.name
+    try:
+        _DTYPE_NAMES[dtype] = name
+    except TypeError:
+        pass
+    return name
+
+
+_DTYPE_NAMES: dict[object, str] = {}
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,33 @@ def test_a_call_that_returns_in_time_leaves_no_interruption_behind():
     _spin(0.2)  # an alarm or an asynchronous exception left armed would fire here
 
 
+_STUCK = """
+import sys, threading, time
+from conformance.harness.calls import call_timeout as ct
+ct._grace = lambda timeout: 0.3  # the real grace is max(30 s, timeout)
+for _ in range(200):  # calls that return leave nothing armed behind
+    ct.call_with_timeout(lambda: None, 0.2, "quick.forward")
+t = threading.Thread(target=ct.call_with_timeout, args=(lambda: time.sleep(60), 0.2, "stuck.forward"), daemon=True)
+t.start()  # time.sleep on another thread: the asynchronous exception cannot reach it
+t.join(30)
+print("the watchdog did not fire")
+"""
+
+
+def test_a_call_stuck_in_native_code_ends_the_process_with_every_stack():
+    """The last resort: one watchdog thread per process sees a deadline pass and exits with code 3."""
+    import subprocess
+    import sys
+
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", _STUCK], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "stuck.forward did not return within 0.2 s" in proc.stderr and "stuck in native code" in proc.stderr
+    assert "quick.forward" not in proc.stderr and "the watchdog did not fire" not in proc.stdout
+    assert "Thread 0x" in proc.stderr  # faulthandler's dump of every thread
+    assert time.monotonic() - start < 20
+
+
 def test_another_plugins_timer_is_restored():
     fired = []
     previous = signal.signal(signal.SIGALRM, lambda *_: fired.append(True))

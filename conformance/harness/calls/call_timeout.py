@@ -48,22 +48,62 @@ def _grace(timeout: float) -> float:
     return max(30.0, timeout)
 
 
-def _watchdog(what: str, timeout: float) -> threading.Timer:
-    """The last resort for a call stuck in native code, where no interruption can reach it."""
+class _Watchdog:
+    """The last resort for a call stuck in native code, where no interruption can reach it.
 
-    def stuck() -> None:
-        sys.stderr.write(
-            f"\nsdpa-conformance: {what} did not return within {timeout:g} s (--call-timeout) and could not be "
-            f"interrupted for another {_grace(timeout):g} s (stuck in native code); ending the process\n"
-        )
-        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
-        sys.stderr.flush()
-        os._exit(HARD_EXIT_CODE)
+    One daemon thread per process, started on the first call, watching every armed call's deadline
+    (``timeout + grace``): a thread (and its start-up) per call cost more than many kernels' calls
+    themselves (a ``threading.Timer`` per call was ~10 % of a NumPy certification's time). Arming
+    and disarming is a dictionary write under a lock; the thread is woken only when a call's
+    deadline is earlier than every deadline it is already waiting for.
+    """
 
-    timer = threading.Timer(timeout + _grace(timeout), stuck)
-    timer.daemon = True
-    timer.start()
-    return timer
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._armed: dict[int, tuple[float, str, float]] = {}  # token -> (deadline, what, timeout)
+        self._next = 0
+        self._thread: threading.Thread | None = None
+
+    def arm(self, what: str, timeout: float) -> int:
+        deadline = time.monotonic() + timeout + _grace(timeout)
+        with self._cond:
+            self._next += 1
+            token = self._next
+            earliest = min((d for d, _, _ in self._armed.values()), default=None)
+            self._armed[token] = (deadline, what, timeout)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._watch, name="sdpa-conformance-watchdog", daemon=True)
+                self._thread.start()
+            elif earliest is None or deadline < earliest:
+                self._cond.notify()
+        return token
+
+    def disarm(self, token: int) -> None:
+        with self._cond:
+            self._armed.pop(token, None)
+
+    def _watch(self) -> None:
+        with self._cond:
+            while True:
+                now = time.monotonic()
+                late = [v for v in self._armed.values() if v[0] <= now]
+                if late:
+                    _stuck(*late[0][1:])
+                earliest = min((d for d, _, _ in self._armed.values()), default=None)
+                self._cond.wait(None if earliest is None else earliest - now)
+
+
+def _stuck(what: str, timeout: float) -> None:
+    sys.stderr.write(
+        f"\nsdpa-conformance: {what} did not return within {timeout:g} s (--call-timeout) and could not be "
+        f"interrupted for another {_grace(timeout):g} s (stuck in native code); ending the process\n"
+    )
+    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    sys.stderr.flush()
+    os._exit(HARD_EXIT_CODE)
+
+
+_WATCHDOG = _Watchdog()
 
 
 def _on_main_thread(fn: Callable[[], Any], timeout: float) -> Any:
@@ -114,7 +154,7 @@ def call_with_timeout(fn: Callable[[], Any], timeout: float | None, what: str) -
     if not timeout or timeout <= 0:
         return fn()
     main = threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
-    watchdog = _watchdog(what, timeout)
+    token = _WATCHDOG.arm(what, timeout)
     try:
         return (_on_main_thread if main else _on_other_thread)(fn, timeout)
     except _Expired:
@@ -122,4 +162,4 @@ def call_with_timeout(fn: Callable[[], Any], timeout: float | None, what: str) -
             f"{what} did not return within {timeout:g} s (--call-timeout); the call was interrupted"
         ) from None
     finally:
-        watchdog.cancel()
+        _WATCHDOG.disarm(token)
