@@ -40,30 +40,12 @@ def _merge(store: dict[str, Counter], impl: str, cells: dict[str, int]) -> None:
     store.setdefault(impl, Counter()).update(cells)
 
 
-CHANNEL = ReportChannel("sdpa_conformance_cells", _merge)
+def _take(impl: Any) -> dict[str, int] | None:
+    cells = getattr(impl, "cells", None)
+    return dict(cells) if cells else None
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    CHANNEL.configure(config)
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    CHANNEL.unconfigure(config)
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
-    rep = yield
-    if rep.when == "call":
-        impl = getattr(item, "funcargs", {}).get("impl")
-        cells = getattr(impl, "cells", None)
-        if cells:
-            CHANNEL.send(rep, impl.spec or impl.name, dict(cells))
-    return rep
-
-
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    CHANNEL.receive(report)
+CHANNEL = ReportChannel("sdpa_conformance_cells", _merge, _take)  # registered by harness/plugin.py
 
 
 def counts(config: pytest.Config) -> dict[str, Counter]:

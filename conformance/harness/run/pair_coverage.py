@@ -46,31 +46,16 @@ def _merge(store: dict[str, list], impl: str, recs: list[dict[str, str]]) -> Non
     store.setdefault(impl, []).extend(recs)
 
 
-CHANNEL = ReportChannel("sdpa_conformance_pairs", _merge)  # harness.run.report_channel
+def _take(impl: Any) -> list[dict[str, str]] | None:
+    recs = getattr(impl, ATTR, None)
+    if not recs:
+        return None
+    out = list(recs)
+    recs.clear()
+    return out
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    CHANNEL.configure(config)
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    CHANNEL.unconfigure(config)
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
-    rep = yield
-    if rep.when == "call":
-        impl = getattr(item, "funcargs", {}).get("impl")
-        recs = getattr(impl, ATTR, None)
-        if recs:
-            CHANNEL.send(rep, impl.spec or impl.name, list(recs))
-            recs.clear()
-    return rep
-
-
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    CHANNEL.receive(report)
+CHANNEL = ReportChannel("sdpa_conformance_pairs", _merge, _take)  # registered by harness/plugin.py
 
 
 def records(config: pytest.Config) -> dict[str, list[dict[str, str]]]:

@@ -7,6 +7,9 @@ the controlling process. A :class:`ReportChannel` puts one JSON-friendly payload
 test's report (``user_properties``, which xdist ships to the controller) and merges the payloads of
 every report it receives into one store per adapter, so a parallel run counts what a serial one does.
 A nested in-process run (pytester) pushes its own store and pops it when it ends.
+
+A channel is itself a pytest plugin (``harness/plugin.py`` registers each one beside its module): its
+hooks are the same for every kind of payload, so they are written once, here.
 """
 
 from __future__ import annotations
@@ -19,33 +22,44 @@ import pytest
 from conformance.harness.run import runstate
 
 Merge = Callable[[dict[str, Any], str, Any], None]  # (store, adapter spec, payload)
+Take = Callable[[Any], Any]  # the guarded adapter of a finished test -> its payload, or None for nothing
 
 
 class ReportChannel:
-    """One kind of per-test payload: ``send`` it from a report hook, ``receive`` it in
-    ``pytest_runtest_logreport``; ``store(config)`` is the merged result (controlling process)."""
+    """One kind of per-test payload, as a pytest plugin: after each clause test's call, ``take`` reads
+    the payload off the test's guarded adapter and it travels in the report; every report received is
+    merged into ``store(config)``, the result in the controlling process."""
 
-    def __init__(self, key: str, merge: Merge) -> None:
+    def __init__(self, key: str, merge: Merge, take: Take) -> None:
         self.key = key
+        self.__name__ = key  # the name it is registered under
         self._merge = merge
+        self._take = take
         self._stores: list[dict[str, Any]] = []  # one per configured (non-worker) session
         self._stash = pytest.StashKey[dict]()
 
-    def configure(self, config: pytest.Config) -> None:
+    def pytest_configure(self, config: pytest.Config) -> None:
         if not runstate.is_xdist_worker(config):
             store: dict[str, Any] = {}
             config.stash[self._stash] = store
             self._stores.append(store)
 
-    def unconfigure(self, config: pytest.Config) -> None:
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
         store = config.stash.get(self._stash, None)
         if store is not None and self._stores and self._stores[-1] is store:
             self._stores.pop()
 
-    def send(self, rep: pytest.TestReport, impl: str, payload: Any) -> None:
-        rep.user_properties.append((self.key, {"impl": impl, "payload": payload}))
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
+        rep = yield
+        if rep.when == "call":
+            impl = getattr(item, "funcargs", {}).get("impl")
+            payload = self._take(impl) if impl is not None else None
+            if payload:
+                rep.user_properties.append((self.key, {"impl": impl.spec or impl.name, "payload": payload}))
+        return rep
 
-    def receive(self, report: pytest.TestReport) -> None:
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if not self._stores:
             return
         for key, value in getattr(report, "user_properties", ()):
