@@ -17,6 +17,7 @@ from conformance.harness.cases import buckets
 from conformance.harness.cases.build import random_case, random_mask
 from conformance.harness.cases.strategies import configs, examples, space_for
 from conformance.harness.judge import compare
+from conformance.harness.judge.compare import aiming
 from conformance.harness.spec.clause import Source, clause
 from conformance.harness.spec.report import check
 
@@ -126,17 +127,19 @@ def test_vjp_matches_oracle(impl, dtype):
     ],
     tolerance=GRAD_RULE,
 )
+# The docstring's harness.strategies.configs is now harness.cases.strategies.configs; the docstring stays as
+# written because hypothesis seeds this clause's ci examples from it (tests/test_example_seeds.py).
 @examples(8)
 @given(data=st.data())
 def test_vjp_over_the_space(impl, dtype, data):
-    """The drawn variant of GRAD-VJP-01 (harness.cases.strategies.configs, with a drawn cotangent): the
+    """The drawn variant of GRAD-VJP-01 (harness.strategies.configs, with a drawn cotangent): the
     hand-built witnesses above pin one feature each; this one meets them together and shrinks a
     failure to a small case. Rows blocked entirely are drawn unless the declared fill is NaN (its
     backward is NaN by declaration)."""
     _needs_grad(impl)
     drawn = data.draw(configs(impl.declaration, dtype, sp=space_for(impl), grad=True), label="case")
     impl.require(drawn.case)  # never rejects: the strategy draws only what the declaration admits
-    with compare.aiming():
+    with aiming():
         compare.assert_vjp_matches(impl, drawn.case, drawn.grad_out)
 
 
