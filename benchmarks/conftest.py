@@ -51,6 +51,26 @@ def two_gemm_seconds(T: int, S: int, D: int, dtype=np.float32, b: int = B, h: in
     return best_time(run)
 
 
+def record(benchmark, *, impl: str, pass_: str, T: int, S: int, D: int, flops: float, floor_s: float) -> None:
+    """The figures every benchmark row carries (benchmarks/report.py reads them): throughput and its
+    ratio to the two-GEMM floor, from the benchmark's best time."""
+    best = benchmark.stats.stats.min
+    benchmark.extra_info.update(
+        impl=impl,
+        pass_=pass_,
+        B=B,
+        H=H,
+        T=T,
+        S=S,
+        D=D,
+        flops=flops,
+        floor_s=floor_s,
+        gflops=flops / best / 1e9,
+        floor_gflops=flops / floor_s / 1e9,
+        x_floor=best / floor_s,
+    )
+
+
 @pytest.fixture(scope="session")
 def floor():
     """``floor(T, S, D)`` -> seconds of the float32 two-GEMM forward floor.

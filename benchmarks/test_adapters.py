@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from benchmarks.conftest import HEAD_DIMS, IMPLS, SIZES, B, H
+from benchmarks.conftest import HEAD_DIMS, IMPLS, SIZES, B, H, record
 from conformance.harness.calls import registry
 from conformance.harness.cases.build import random_case
 
@@ -54,19 +54,5 @@ def test_adapter(benchmark, floor, impl, pass_, T, D):
         flops, floor_s = 8 * B * H * T * T * D, 2 * floor(T, T, D)
     benchmark.group = f"{pass_} T=S={T} D={D}"
     benchmark.pedantic(fn, rounds=_rounds(T), iterations=1, warmup_rounds=1)
-    best = benchmark.stats.stats.min
     floor_s = min(floor_s, (2 if pass_ == "backward" else 1) * floor(T, T, D))  # measured again after the run
-    benchmark.extra_info.update(
-        impl=impl,
-        pass_=pass_,
-        B=B,
-        H=H,
-        T=T,
-        S=T,
-        D=D,
-        flops=flops,
-        floor_s=floor_s,
-        gflops=flops / best / 1e9,
-        floor_gflops=flops / floor_s / 1e9,
-        x_floor=best / floor_s,
-    )
+    record(benchmark, impl=impl, pass_=pass_, T=T, S=T, D=D, flops=flops, floor_s=floor_s)

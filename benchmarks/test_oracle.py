@@ -9,11 +9,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from benchmarks.conftest import two_gemm_seconds
+from benchmarks.conftest import B, H, record, two_gemm_seconds
 from conformance import oracle
 from conformance.harness.cases.build import random_case
 
-B, H, L = 1, 2, 2048
+L = 2048
 
 
 @pytest.mark.parametrize("D", [64, 128])
@@ -25,19 +25,5 @@ def test_oracle(benchmark, which, D):
     benchmark.group = f"oracle float64 T=S={L} D={D}"
     benchmark.pedantic(lambda: fn(case), rounds=5 if which == "forward_blocked" else 1, iterations=1, warmup_rounds=1)
     floor_s = min(floor_before, two_gemm_seconds(L, L, D, dtype=np.float64))  # bracket the run: load drifts
-    best = benchmark.stats.stats.min
     flops = 4 * B * H * L * L * D
-    benchmark.extra_info.update(
-        impl=f"oracle.{which}",
-        pass_="forward(float64)",
-        B=B,
-        H=H,
-        T=L,
-        S=L,
-        D=D,
-        flops=flops,
-        floor_s=floor_s,
-        gflops=flops / best / 1e9,
-        floor_gflops=flops / floor_s / 1e9,
-        x_floor=best / floor_s,
-    )
+    record(benchmark, impl=f"oracle.{which}", pass_="forward(float64)", T=L, S=L, D=D, flops=flops, floor_s=floor_s)
