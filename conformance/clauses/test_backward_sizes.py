@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.clauses.test_gradients import BACKWARD
+from conformance.clauses.common import cross_dims
+from conformance.clauses.test_gradients import BACKWARD, numpy_cotangent
 from conformance.clauses.test_state_between_calls import FUNCTION_OF_INPUTS
 from conformance.clauses.test_variants import WINDOW_DEF
 from conformance.clauses.test_varlen import CU_SEQLENS, ragged
-from conformance.contract import np_dtype
 from conformance.harness.cases import buckets
 from conformance.harness.cases.build import random_case
 from conformance.harness.judge import compare
@@ -27,8 +27,10 @@ from conformance.harness.spec.clause import clause
 from conformance.harness.spec.report import fail
 
 
-def _cotangent(case, dtype: str, seed: int) -> np.ndarray:
-    return np.random.default_rng(seed).standard_normal(case.out_shape).astype(np_dtype(dtype))
+def _assert_vjp(impl, case) -> None:
+    """dQ, dK and dV of ``case`` (a cotangent drawn from its seed) against the oracle's VJP."""
+    impl.require(case)
+    compare.assert_vjp_matches(impl, case, numpy_cotangent(case, case.seed))
 
 
 @clause(
@@ -40,9 +42,7 @@ def _cotangent(case, dtype: str, seed: int) -> np.ndarray:
 )
 def test_decode_grad(impl, dtype):
     shape = buckets.dims(impl, "decode", B=2, Hq=2, T=1, S=7, Dk=8)
-    case = random_case(1510, dtype=dtype, label="decode backward", **shape)
-    impl.require(case)
-    compare.assert_vjp_matches(impl, case, _cotangent(case, dtype, 1510))
+    _assert_vjp(impl, random_case(1510, dtype=dtype, label="decode backward", **shape))
 
 
 @clause(
@@ -54,9 +54,7 @@ def test_decode_grad(impl, dtype):
     kills=["grad_head_dim_over_128_zero"],
 )
 def test_grad_large_head_dim(impl, dtype):
-    case = random_case(1511, B=1, Hq=2, T=3, S=5, Dk=160, Dv=160, dtype=dtype, label="head dim 160 backward")
-    impl.require(case)
-    compare.assert_vjp_matches(impl, case, _cotangent(case, dtype, 1511))
+    _assert_vjp(impl, random_case(1511, B=1, Hq=2, T=3, S=5, Dk=160, dtype=dtype, label="head dim 160 backward"))
 
 
 @clause(
@@ -68,11 +66,11 @@ def test_grad_large_head_dim(impl, dtype):
     kills=["grad_returns_workspace"],
 )
 def test_grads_kept(impl, dtype):
-    shape = buckets.dims(impl, "cross", B=2, Hq=2, T=4, S=6, Dk=8)
+    shape = cross_dims(impl)
     first = random_case(1512, dtype=dtype, label="first backward", **shape)
     second = random_case(1513, dtype=dtype, label="second backward, same shapes", **shape)
     impl.require(first)
-    g1, g2 = _cotangent(first, dtype, 1512), _cotangent(second, dtype, 1513)
+    g1, g2 = numpy_cotangent(first, 1512), numpy_cotangent(second, 1513)
     held = impl.vjp(first, g1)
     impl.vjp(second, g2)
     decl = impl.declaration
@@ -100,7 +98,7 @@ def test_window_grad_gqa(impl, dtype):
     case = random_case(1514, B=1, Hq=4, Hkv=2, T=5, S=9, Dk=16, dtype=dtype)
     case = case.replace(window=(2, 1), label="window (2, 1) gradients, GQA 4:2")
     impl.require(case)
-    assert_variant_vjp(impl, case, _cotangent(case, dtype, 1514), "window (2, 1), GQA 4:2")
+    assert_variant_vjp(impl, case, numpy_cotangent(case, 1514), "window (2, 1), GQA 4:2")
 
 
 @clause(
@@ -115,4 +113,4 @@ def test_varlen_grad_empty(impl, dtype):
     case = ragged(1515, dtype, [3, 0, 4, 2], [6, 4, 0, 5], Hq=2, Dk=16)
     impl.require(case)
     words = "varlen seqlens_q=[3, 0, 4, 2] seqlens_k=[6, 4, 0, 5]"
-    assert_variant_vjp(impl, case, _cotangent(case, dtype, 1515), words)
+    assert_variant_vjp(impl, case, numpy_cotangent(case, 1515), words)

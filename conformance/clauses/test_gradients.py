@@ -11,10 +11,10 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conformance.clauses.common import supported
 from conformance.contract import Case
-from conformance.harness.calls.guarded import GuardedAdapter
 from conformance.harness.cases import buckets
-from conformance.harness.cases.build import random_case, random_mask
+from conformance.harness.cases.build import cast, random_case, random_mask, rng_for
 from conformance.harness.cases.strategies import configs, examples, space_for
 from conformance.harness.judge import compare
 from conformance.harness.judge.compare import aiming
@@ -42,43 +42,36 @@ GRAD_RULE = (
 )
 
 
-def _needs_grad(impl: GuardedAdapter) -> None:
+def _needs_grad(impl) -> None:
+    """What ``requires=["grad"]`` already decides before the clause runs. Called by the drawn clause
+    only: hypothesis derives the ci profile's examples from the test function's source, so taking
+    the line out of it would change the cases it draws (tests/test_example_seeds.py)."""
     if not impl.declaration.grad:
         impl.not_applicable("declares grad=False")
 
 
-def _grad_out(case: Case, seed: int) -> np.ndarray:
-    return random_case(seed, B=case.B, Hq=case.Hq, T=case.T, S=1, Dk=case.Dv, dtype=case.dtype).query
+def cotangent(case: Case, seed: int) -> np.ndarray:
+    """A cotangent dO for ``case``: standard normal, the output's shape, rounded to the case's dtype,
+    drawn as harness.cases.build draws its inputs (the query of ``random_case(seed)`` of that shape)."""
+    return cast(rng_for(seed).standard_normal(case.out_shape), case.dtype)
 
 
-def _supported(impl: GuardedAdapter, cases: list[Case]) -> list[Case]:
-    runnable = [c for c in cases if impl.supports(c)]
-    if not runnable:
-        impl.not_applicable("; ".join(impl.declaration.not_supported_reasons(cases[0])))
-    return runnable
+def numpy_cotangent(case: Case, seed: int) -> np.ndarray:
+    """The same, drawn by numpy's default generator (the clauses that use it keep their cases so)."""
+    return np.random.default_rng(seed).standard_normal(case.out_shape).astype(case.query.dtype)
 
 
 def vjp_cases(dtype: str, seed: int = 70) -> list[Case]:
     """T != S and Dk != Dv, then a per-item mask, then causal, then a custom scale: each case adds one
     feature, so a kernel that supports only some of them is still checked on those."""
     B, H, T, S = 2, 2, 5, 7
+    dims = dict(B=B, Hq=H, S=S, Dk=8, dtype=dtype)
     return [
-        random_case(seed, B=B, Hq=H, T=T, S=S, Dk=8, Dv=6, dtype=dtype, label="plain"),
-        random_case(seed, B=B, Hq=H, T=T, S=S, Dk=8, Dv=8, dtype=dtype, label="plain Dk=Dv"),
-        random_case(
-            seed + 1,
-            B=B,
-            Hq=H,
-            T=T,
-            S=S,
-            Dk=8,
-            Dv=8,
-            dtype=dtype,
-            mask=random_mask(seed + 1, (B, 1, T, S), p_blocked=0.4),
-            label="mask",
-        ),
-        random_case(seed + 2, B=B, Hq=H, T=S, S=S, Dk=8, Dv=8, dtype=dtype, is_causal=True, label="causal"),
-        random_case(seed + 3, B=B, Hq=H, T=T, S=S, Dk=8, Dv=8, dtype=dtype, scale=0.3, label="scale"),
+        random_case(seed, T=T, Dv=6, label="plain", **dims),
+        random_case(seed, T=T, label="plain Dk=Dv", **dims),
+        random_case(seed + 1, T=T, mask=random_mask(seed + 1, (B, 1, T, S), p_blocked=0.4), label="mask", **dims),
+        random_case(seed + 2, T=S, is_causal=True, label="causal", **dims),
+        random_case(seed + 3, T=T, scale=0.3, label="scale", **dims),
     ]
 
 
@@ -100,14 +93,13 @@ def vjp_cases(dtype: str, seed: int = 70) -> list[Case]:
     tolerance=GRAD_RULE,
 )
 def test_vjp_matches_oracle(impl, dtype):
-    _needs_grad(impl)
-    cases = _supported(impl, vjp_cases(dtype))
+    cases = supported(impl, vjp_cases(dtype))
     if cases[0].label == "plain":  # the Dk == Dv variant only stands in for kernels that need Dk == Dv
         cases = [c for c in cases if c.label != "plain Dk=Dv"]
     # A kernel compiling per shape checks each feature in one dtype per ci run (harness.cases.buckets.spread;
     # GRAD-VJP-SPACE-04 meets the features together in every dtype).
     for i, case in buckets.spread(impl, dtype, list(enumerate(cases))):
-        compare.assert_vjp_matches(impl, case, _grad_out(case, 170 + i))
+        compare.assert_vjp_matches(impl, case, cotangent(case, 170 + i))
 
 
 @clause(
@@ -145,23 +137,10 @@ def test_vjp_over_the_space(impl, dtype, data):
 
 def gqa_cases(dtype: str, seed: int = 75) -> list[Case]:
     B, Hq, Hkv, T, S = 2, 6, 2, 3, 6
+    dims = dict(B=B, Hq=Hq, Hkv=Hkv, T=T, S=S, Dk=8, dtype=dtype)
     return [
-        random_case(
-            seed,
-            B=B,
-            Hq=Hq,
-            Hkv=Hkv,
-            T=T,
-            S=S,
-            Dk=8,
-            Dv=8,
-            dtype=dtype,
-            mask=random_mask(seed, (B, Hq, T, S), p_blocked=0.3),
-            label="gqa mask",
-        ),
-        random_case(
-            seed + 1, B=B, Hq=Hq, Hkv=Hkv, T=T, S=S, Dk=8, Dv=8, dtype=dtype, is_causal=True, label="gqa causal"
-        ),
+        random_case(seed, mask=random_mask(seed, (B, Hq, T, S), p_blocked=0.3), label="gqa mask", **dims),
+        random_case(seed + 1, is_causal=True, label="gqa causal", **dims),
     ]
 
 
@@ -180,12 +159,9 @@ def gqa_cases(dtype: str, seed: int = 75) -> list[Case]:
     tolerance=GRAD_RULE,
 )
 def test_vjp_gqa(impl, dtype):
-    _needs_grad(impl)
-    if not impl.declaration.gqa:
-        impl.not_applicable("declares gqa=False")
     # A kernel compiling per shape checks the masked and the causal case each in one dtype (ci).
-    for i, case in buckets.spread(impl, dtype, list(enumerate(_supported(impl, gqa_cases(dtype))))):
-        compare.assert_vjp_matches(impl, case, _grad_out(case, 175 + i))
+    for i, case in buckets.spread(impl, dtype, list(enumerate(supported(impl, gqa_cases(dtype))))):
+        compare.assert_vjp_matches(impl, case, cotangent(case, 175 + i))
 
 
 def blocked_causal_case(dtype: str, gqa: bool, seed: int = 78) -> Case:
@@ -196,20 +172,8 @@ def blocked_causal_case(dtype: str, gqa: bool, seed: int = 78) -> Case:
     padding = np.zeros((B, 1, 1, S), dtype=bool)
     padding[0, ..., :1] = True
     padding[1, ..., :2] = True
-    return random_case(
-        seed,
-        B=B,
-        Hq=Hq,
-        Hkv=Hkv,
-        T=T,
-        S=S,
-        Dk=8,
-        Dv=8,
-        dtype=dtype,
-        mask=padding,
-        is_causal=True,
-        label="left padding + causal",
-    )
+    case = random_case(seed, B=B, Hq=Hq, Hkv=Hkv, T=T, S=S, Dk=8, dtype=dtype, mask=padding, is_causal=True)
+    return case.replace(label="left padding + causal")
 
 
 @clause(
@@ -221,13 +185,12 @@ def blocked_causal_case(dtype: str, gqa: bool, seed: int = 78) -> Case:
     tolerance=GRAD_RULE + "; dQ of an all-blocked query row must be exactly 0",
 )
 def test_all_blocked_causal_backward(impl, dtype):
-    _needs_grad(impl)
     decl = impl.declaration
     if decl.all_blocked == "nan":
         impl.not_applicable("declares all_blocked=nan: its backward through those rows is NaN by declaration")
     case = blocked_causal_case(dtype, gqa=decl.gqa)
     impl.require(case)
-    dq, _, _ = compare.assert_vjp_matches(impl, case, _grad_out(case, 178))
+    dq, _, _ = compare.assert_vjp_matches(impl, case, cotangent(case, 178))
     empty = compare.expected(case, decl).all_blocked
     check(bool(empty.any()), "the case was built to contain all-blocked rows", case)
     rows = np.asarray(dq, dtype=np.float64)[empty]

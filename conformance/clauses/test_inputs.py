@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from conformance.clauses.test_gradients import cotangent
 from conformance.harness.cases import buckets
 from conformance.harness.cases.build import random_case, random_mask, rng_for
 from conformance.harness.judge import compare
@@ -28,24 +29,16 @@ COPIES = Source("000", "§8 最小 PyTorch 实现", "q = query.to(work_dtype)")
 def test_inputs_untouched(impl, dtype):
     decl = impl.declaration
     B, H, T, S = 2, 2, 4, 6
-    case = random_case(
-        90,
-        B=B,
-        Hq=H,
-        T=T,
-        S=S,
-        Dk=8,
-        Dv=8,
-        dtype=dtype,
-        mask=random_mask(90, (B, 1, T, S)) if decl.bool_mask else None,
-        bias=rng_for(91).standard_normal((T, S)) if decl.float_mask else None,
-    )
+    dims = dict(B=B, Hq=H, T=T, S=S, Dk=8, dtype=dtype)
+    mask = random_mask(90, (B, 1, T, S)) if decl.bool_mask else None
+    bias = rng_for(91).standard_normal((T, S)) if decl.float_mask else None
+    case = random_case(90, mask=mask, bias=bias, **dims)
     impl.require(case)
     arrays = {"query": case.query, "key": case.key, "value": case.value, "mask": case.mask, "bias": case.bias}
     before = {n: np.array(a, copy=True) for n, a in arrays.items() if a is not None}
     calls = [("forward", lambda: impl.forward(case))]
     if decl.grad:
-        g = random_case(92, B=B, Hq=H, T=T, S=1, Dk=8, dtype=dtype).query
+        g = cotangent(case, 92)
         before["grad_out"], arrays["grad_out"] = np.array(g, copy=True), g
         calls.append(("vjp", lambda: impl.vjp(case, g)))
     for what, call in calls:
@@ -56,19 +49,7 @@ def test_inputs_untouched(impl, dtype):
     # The guard compares each call's own inputs before and after that call. A kernel can also write
     # an earlier caller's arrays later (a buffer it kept as scratch or cache): one more call, on other
     # arrays of the same shapes, must leave the first call's inputs as they were.
-    later = random_case(
-        94,
-        B=B,
-        Hq=H,
-        T=T,
-        S=S,
-        Dk=8,
-        Dv=8,
-        dtype=dtype,
-        mask=case.mask,
-        bias=case.bias,
-        label="a later call on other arrays",
-    )
+    later = random_case(94, mask=case.mask, bias=case.bias, label="a later call on other arrays", **dims)
     impl.forward(later)
     for name, snap in before.items():
         if not np.array_equal(snap, np.asarray(arrays[name]), equal_nan=True):
@@ -79,18 +60,30 @@ def test_inputs_untouched(impl, dtype):
             )
 
 
-def _strided(x: np.ndarray, how: str) -> np.ndarray:
-    """The same values as ``x`` [B,H,L,D] in a non-contiguous view."""
-    if how == "BTHD":  # built as [B,L,H,D] (the projection layout) and viewed as [B,H,L,D]
-        view = np.swapaxes(np.ascontiguousarray(np.swapaxes(x, 1, 2)), 1, 2)
-    elif how == "every-other":  # every other column of a twice-wide array
-        wide = np.zeros(x.shape[:-1] + (2 * x.shape[-1],), dtype=x.dtype)
-        wide[..., ::2] = x
-        view = wide[..., ::2]
-    else:  # "reversed": a negative stride along the sequence axis
-        view = np.ascontiguousarray(x[:, :, ::-1])[:, :, ::-1]
+def _same_values(view: np.ndarray, x: np.ndarray) -> np.ndarray:
     assert np.array_equal(view, x) and not view.flags.c_contiguous
     return view
+
+
+def projection_view(x: np.ndarray) -> np.ndarray:
+    """The values of ``x`` [B, H, L, D] as a view of a [B, L, H, D] array (the layout a projection
+    writes and a caller transposes): same values, not C-contiguous."""
+    return _same_values(np.swapaxes(np.ascontiguousarray(np.swapaxes(x, 1, 2)), 1, 2), x)
+
+
+def every_other_view(x: np.ndarray) -> np.ndarray:
+    """The values of ``x`` as every other column of a twice-wide array."""
+    wide = np.zeros(x.shape[:-1] + (2 * x.shape[-1],), dtype=x.dtype)
+    wide[..., ::2] = x
+    return _same_values(wide[..., ::2], x)
+
+
+def reversed_view(x: np.ndarray) -> np.ndarray:
+    """The values of ``x`` as a view with a negative stride along the sequence axis."""
+    return _same_values(np.ascontiguousarray(x[:, :, ::-1])[:, :, ::-1], x)
+
+
+VIEWS = {"BTHD": projection_view, "every-other": every_other_view, "reversed": reversed_view}
 
 
 @clause(
@@ -108,12 +101,9 @@ def test_layout_independent(impl, dtype):
     want = impl.forward(case)
     decl = impl.declaration
     allowed = 2 * compare.output_allowance(case, decl)
-    for how in ("BTHD", "every-other", "reversed"):
+    for how, strided in VIEWS.items():
         view = case.replace(
-            query=_strided(case.query, how),
-            key=_strided(case.key, how),
-            value=_strided(case.value, how),
-            label=f"{how} views",
+            query=strided(case.query), key=strided(case.key), value=strided(case.value), label=f"{how} views"
         )
         msg = mismatch_report(
             f"output for {how} views vs contiguous copies",

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from conformance.clauses.test_gradients import cotangent
 from conformance.contract import Case
 from conformance.harness.calls.guarded import GuardedAdapter
-from conformance.harness.cases.build import cast, random_case, random_mask, rng_for
+from conformance.harness.cases.build import random_case, random_mask
 from conformance.harness.judge import compare
 from conformance.harness.spec.clause import Source, clause
 from conformance.harness.spec.report import fail
@@ -78,10 +79,6 @@ def test_cache_keys(impl, dtype):
             fail(f"the result of '{case.label}' changed after it was returned (a buffer reused by later calls)", case)
 
 
-def _grad_out(case: Case, seed: int) -> np.ndarray:
-    return cast(rng_for(seed).standard_normal(case.out_shape), case.dtype)
-
-
 @clause(
     "STATE-BACKWARD-02",
     "the backward of a case is right whatever ran before it: after the forward of other inputs of the same shape, "
@@ -95,7 +92,7 @@ def test_backward_after_other_calls(impl, dtype):
     a = random_case(985, label="state: case A", **shape)
     b = random_case(986, label="state: case B, same shape", **shape)
     impl.require(a)
-    ga, gb = _grad_out(a, 987), _grad_out(b, 988)
+    ga, gb = cotangent(a, 987), cotangent(b, 988)
     impl.forward(a)
     impl.forward(b)  # a kernel that saved the last forward's weights now holds B's
     for case, g, when in ((a, ga, "after the forward of B"), (a, ga, "repeated"), (b, gb, "after A's backward")):

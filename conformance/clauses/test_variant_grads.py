@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from conformance.clauses.test_gradients import numpy_cotangent
 from conformance.clauses.test_variants import SOFTCAP_DEF, WINDOW_DEF
 from conformance.clauses.test_varlen import CU_SEQLENS, ragged
-from conformance.contract import np_dtype
 from conformance.harness.cases import buckets
 from conformance.harness.cases.build import random_case
 from conformance.harness.judge.variant_vjp import assert_variant_vjp
@@ -41,12 +41,9 @@ def test_softcap_grad(impl, dtype):
             1200 + n, B=2, Hq=2, Hkv=hkv, T=5, S=7, Dk=8, dtype=dtype, magnitude=magnitude, is_causal=causal
         ).replace(softcap=cap, label=f"softcap {cap} gradients")
         impl.require(case)
-        g = np.random.default_rng(1200 + n).standard_normal(case.out_shape).astype(np_dtype(dtype))
-        assert_variant_vjp(impl, case, g, f"softcap {cap:g}{', causal' if causal else ''}")
-
-
-def _cotangent(case, dtype: str, seed: int) -> np.ndarray:
-    return np.random.default_rng(seed).standard_normal(case.out_shape).astype(np_dtype(dtype))
+        assert_variant_vjp(
+            impl, case, numpy_cotangent(case, 1200 + n), f"softcap {cap:g}{', causal' if causal else ''}"
+        )
 
 
 @clause(
@@ -63,7 +60,7 @@ def test_window_grad(impl, dtype):
         case = case.replace(window=window, label=f"window {window} gradients")
         impl.require(case)
         assert_variant_vjp(
-            impl, case, _cotangent(case, dtype, 1220 + n), f"window {window}{', causal' if causal else ''}"
+            impl, case, numpy_cotangent(case, 1220 + n), f"window {window}{', causal' if causal else ''}"
         )
 
 
@@ -83,4 +80,4 @@ def test_varlen_grad(impl, dtype):
         impl.require(case)
         tq, sk = (np.asarray(x).tolist() for x in (case.seqlens_q, case.seqlens_k))
         words = f"varlen seqlens_q={tq} seqlens_k={sk}{', causal' if case.is_causal else ''}"
-        assert_variant_vjp(impl, case, _cotangent(case, dtype, case.seed), words)
+        assert_variant_vjp(impl, case, numpy_cotangent(case, case.seed), words)

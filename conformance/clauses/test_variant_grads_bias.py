@@ -17,19 +17,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from conformance.clauses.test_gradients import numpy_cotangent
 from conformance.clauses.test_sinks import SINKS
 from conformance.clauses.test_variants import ALIBI_DEF, slopes
-from conformance.contract import Case, np_dtype
 from conformance.harness.cases.build import random_case
 from conformance.harness.judge import tolerance
 from conformance.harness.judge.variant_vjp import assert_variant_vjp, expected_vjp, grad_allowance
 from conformance.harness.spec.clause import clause
 from conformance.harness.spec.report import ClauseViolation, mismatch_report
 from conformance.harness.spec.sink_definitions import SINKS_DEF
-
-
-def _cotangent(case: Case, dtype: str, seed: int) -> np.ndarray:
-    return np.random.default_rng(seed).standard_normal(case.out_shape).astype(np_dtype(dtype))
 
 
 @clause(
@@ -50,7 +46,7 @@ def test_alibi_grad(impl, dtype):
     if not runnable:
         impl.require(cases[0])
     for n, case in enumerate(runnable):
-        assert_variant_vjp(impl, case, _cotangent(case, dtype, 1370 + n), case.label.removesuffix(" gradients"))
+        assert_variant_vjp(impl, case, numpy_cotangent(case, 1370 + n), case.label.removesuffix(" gradients"))
 
 
 @clause(
@@ -66,7 +62,7 @@ def test_sinks_grad(impl, dtype):
         case = random_case(1380 + n, B=2, Hq=6, Hkv=2, T=5, S=9, Dk=8, dtype=dtype, is_causal=causal)
         case = case.replace(sinks=SINKS, label=f"sinks gradients{', causal' if causal else ''}")
         impl.require(case)
-        g = _cotangent(case, dtype, 1380 + n)
+        g = numpy_cotangent(case, 1380 + n)
         grads = impl.vjp(case, g)
         decl = impl.declaration
         want = expected_vjp(case, g, decl)
