@@ -13,28 +13,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.clauses.test_determinism import NOT_BITWISE
-from conformance.harness.calls.guarded import GuardedAdapter
+from conformance.clauses.common import key_padding
+from conformance.clauses.test_determinism import NOT_BITWISE, first_difference
 from conformance.harness.cases.build import random_case
 from conformance.harness.spec.clause import clause
 from conformance.harness.spec.report import fail
-
-
-def _needs(impl: GuardedAdapter, field: str) -> None:
-    if not getattr(impl.declaration, field):
-        impl.not_applicable(f"declares {field}=False: bitwise equality is not claimed (the spec does not require it)")
-
-
-def _differs(a: np.ndarray, b: np.ndarray) -> str:
-    a64, b64 = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    diff = ~((a64 == b64) | (np.isnan(a64) & np.isnan(b64)))
-    idx = tuple(int(i) for i in np.argwhere(diff)[0])
-    return f"{int(diff.sum())} of {a64.size} elements differ; first at {list(idx)}: {a64[idx]!r} vs {b64[idx]!r}"
-
-
-def _padding(lengths: list[int], S: int) -> np.ndarray:
-    """[B, 1, 1, S] key padding mask (True = blocked) from each item's length."""
-    return (np.arange(S)[None, :] >= np.asarray(lengths)[:, None])[:, None, None, :]
 
 
 @clause(
@@ -46,11 +29,10 @@ def _padding(lengths: list[int], S: int) -> np.ndarray:
     kills=["batch_variant_under_mask"],
 )
 def test_batch_invariant_masked(impl, dtype):
-    _needs(impl, "batch_invariant")
     T, S, H, D = 16, 48, 2, 32  # BATCH-INVARIANT-02's shapes
     own = 37
     for causal in (False, True) if impl.declaration.causal else (False,):
-        item = random_case(1400, B=1, Hq=H, T=T, S=S, Dk=D, dtype=dtype, is_causal=causal, mask=_padding([own], S))
+        item = random_case(1400, B=1, Hq=H, T=T, S=S, Dk=D, dtype=dtype, is_causal=causal, mask=key_padding([own], S))
         impl.require(item)
         alone = impl.forward(item)
         for B, pos, lengths in ((2, 1, [48, own]), (5, 3, [5, 48, 20, 37, 11])):
@@ -63,7 +45,7 @@ def test_batch_invariant_masked(impl, dtype):
                 query=q,
                 key=k,
                 value=v,
-                mask=_padding(lengths, S),
+                mask=key_padding(lengths, S),
                 label=f"item with {own} of {S} keys at {pos} of a batch of {B}{', causal' if causal else ''}",
             )
             got = impl.forward(batch)[pos : pos + 1]
@@ -71,7 +53,7 @@ def test_batch_invariant_masked(impl, dtype):
                 fail(
                     f"the item's output at position {pos} of a batch of {B} (padding lengths {lengths}"
                     f"{', causal' if causal else ''}) differs from its output alone (declared batch_invariant): "
-                    f"{_differs(got, alone)}",
+                    f"{first_difference(got, alone)}",
                     batch,
                 )
 
@@ -85,7 +67,6 @@ def test_batch_invariant_masked(impl, dtype):
     kills=["gqa_backward_atomic_order"],
 )
 def test_gqa_backward_repeatable(impl, dtype):
-    _needs(impl, "deterministic")
     # GRAD-GQA-02's "gqa causal" shape: a kernel compiling per shape has built this backward already.
     case = random_case(1410, B=2, Hq=6, Hkv=2, T=3, S=6, Dk=8, Dv=8, dtype=dtype, is_causal=True)
     if not impl.supports(case):
@@ -98,6 +79,6 @@ def test_gqa_backward_repeatable(impl, dtype):
         for name, a, b in zip(("dq", "dk", "dv"), first, again):
             if not np.array_equal(a, b, equal_nan=True):
                 fail(
-                    f"{name} of backward call {call} differs from call 1 (declared deterministic): {_differs(a, b)}",
+                    f"{name} of backward call {call} differs from call 1 (declared deterministic): {first_difference(a, b)}",
                     case,
                 )

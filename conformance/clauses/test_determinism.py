@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.harness.calls.guarded import GuardedAdapter
 from conformance.harness.cases import buckets
 from conformance.harness.cases.build import random_case, random_mask
 from conformance.harness.spec.clause import Source, clause
@@ -22,17 +21,12 @@ NOT_BITWISE = Source(
 )
 
 
-def _needs(impl: GuardedAdapter, field: str) -> None:
-    if not getattr(impl.declaration, field):
-        impl.not_applicable(f"declares {field}=False: bitwise equality is not claimed (the spec does not require it)")
-
-
-def _first_difference(a: np.ndarray, b: np.ndarray) -> str:
-    diff = ~((a == b) | (np.isnan(a.astype(np.float64)) & np.isnan(b.astype(np.float64))))
+def first_difference(a: np.ndarray, b: np.ndarray) -> str:
+    """Where two results that must be bitwise equal differ (NaN equals NaN): how many elements, and the first."""
+    a64, b64 = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    diff = ~((a64 == b64) | (np.isnan(a64) & np.isnan(b64)))
     idx = tuple(int(i) for i in np.argwhere(diff)[0])
-    return (
-        f"{int(diff.sum())} of {a.size} elements differ; first at {list(idx)}: {float(a[idx])!r} vs {float(b[idx])!r}"
-    )
+    return f"{int(diff.sum())} of {a64.size} elements differ; first at {list(idx)}: {float(a64[idx])!r} vs {float(b64[idx])!r}"
 
 
 @clause(
@@ -43,7 +37,6 @@ def _first_difference(a: np.ndarray, b: np.ndarray) -> str:
     kills=["nondeterministic_noise"],
 )
 def test_repeatable(impl, dtype):
-    _needs(impl, "deterministic")
     # S = 40 spans more than one key tile of a tiled kernel; a kernel compiling per shape gets the
     # palette's T < S shape in the ci profile (harness.cases.buckets: with its [B,1,T,S] mask, forward and
     # backward are programs the golden set compiles already).
@@ -56,7 +49,7 @@ def test_repeatable(impl, dtype):
     outs = [impl.forward(case) for _ in range(3)]
     for i, o in enumerate(outs[1:], start=2):
         if not np.array_equal(outs[0], o, equal_nan=True):
-            fail(f"call {i} differs from call 1 (declared deterministic): {_first_difference(outs[0], o)}", case)
+            fail(f"call {i} differs from call 1 (declared deterministic): {first_difference(outs[0], o)}", case)
     if impl.declaration.grad:
         g = random_case(81, B=B, Hq=shape["Hq"], T=T, S=1, Dk=D, dtype=dtype).query
         first, again = impl.vjp(case, g), impl.vjp(case, g)
@@ -64,7 +57,7 @@ def test_repeatable(impl, dtype):
             if not np.array_equal(a, b, equal_nan=True):
                 fail(
                     f"{name} of the second backward differs from the first (declared deterministic): "
-                    f"{_first_difference(a, b)}",
+                    f"{first_difference(a, b)}",
                     case,
                 )
 
@@ -77,7 +70,6 @@ def test_repeatable(impl, dtype):
     kills=["batch_dependent_reduction"],
 )
 def test_batch_invariant(impl, dtype):
-    _needs(impl, "batch_invariant")
     T, S, H, D = 16, 48, 2, 32
     item = random_case(82, B=1, Hq=H, T=T, S=S, Dk=D, Dv=D, dtype=dtype)
     impl.require(item)
@@ -91,6 +83,6 @@ def test_batch_invariant(impl, dtype):
         if not np.array_equal(got, alone, equal_nan=True):
             fail(
                 f"the item's output at position {pos} of a batch of {B} differs from its output alone "
-                f"(declared batch_invariant): {_first_difference(got, alone)}",
+                f"(declared batch_invariant): {first_difference(got, alone)}",
                 batch,
             )

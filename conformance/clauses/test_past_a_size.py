@@ -14,39 +14,25 @@ jitted kernel).
 
 from __future__ import annotations
 
-import numpy as np
-
+from conformance.clauses.common import key_padding, supported
+from conformance.clauses.test_causal import DECODE
+from conformance.clauses.test_gradients import CHECK_GRADS as CHECK_AT_SIZES
+from conformance.clauses.test_gradients import cotangent
+from conformance.clauses.test_long_sequence import TILED
+from conformance.clauses.test_varlen import PADDING
 from conformance.contract import Case
 from conformance.harness.calls.guarded import GuardedAdapter
 from conformance.harness.cases.build import cast, random_case, random_mask, rng_for
 from conformance.harness.judge import compare
 from conformance.harness.spec.clause import Source, clause
 
-CHECK_AT_SIZES = Source(
-    "003", "工程实现", "验证时应固定 B、h、T_q、T_k、d、dtype、is_causal，分别检查输出容差、反向梯度、峰值显存和延迟。"
-)
-TILED = Source(
-    "000",
-    "§11 计算复杂度",
-    "FlashAttention 等实现通过分块和融合避免完整存储注意力矩阵，不能把这里的显存结论套用于所有后端。",
-)
 ONLINE = Source("003", "逐步推导", "FlashAttention 通过重计算和在线归一化避免保存完整矩阵。")
-PADDING = Source("000", "§7.1 Padding Mask", "这些填充位置没有语义，不应被其他 Query 读取。")
-DECODE = Source("003", "输入与输出", "自回归 Decode 的单步查询通常 T_q=1，而 T_k 随历史长度增长。")
 
 
 def _run_supported(impl: GuardedAdapter, cases: list[Case]) -> None:
     """Compare every case the kernel declares it supports; not applicable only if none is."""
-    ran = [c for c in cases if impl.supports(c)]
-    if not ran:
-        impl.not_applicable("; ".join(impl.declaration.not_supported_reasons(cases[0])))
-    for case in ran:
+    for case in supported(impl, cases):
         compare.assert_output_matches(impl, case)
-
-
-def _padding(lengths: list[int], S: int) -> np.ndarray:
-    """[B, 1, 1, S] key padding mask (True = blocked) from each sequence's length."""
-    return (np.arange(S)[None, :] >= np.asarray(lengths)[:, None])[:, None, None, :]
 
 
 @clause(
@@ -119,7 +105,7 @@ def test_late_row_maximum(impl, dtype):
 def test_many_sequences(impl, dtype):
     lengths = [10, 1, 7, 3, 9, 2, 8, 4, 6, 5, 1, 10][::-1]  # items 8.. differ from items 0..
     case = random_case(930, B=12, Hq=6, T=2, S=10, Dk=8, dtype=dtype, label="B = 12, H = 6, padding per sequence")
-    _run_supported(impl, [case.replace(mask=_padding(lengths, 10))])
+    _run_supported(impl, [case.replace(mask=key_padding(lengths, 10))])
 
 
 @clause(
@@ -133,7 +119,7 @@ def test_long_decode(impl, dtype):
     S = 600
     padded = random_case(940, B=3, Hq=2, T=1, S=S, Dk=8, dtype=dtype, magnitude=2.0, label="decode, S = 600 padded")
     cases = [
-        padded.replace(mask=_padding([S, 301, 17], S)),
+        padded.replace(mask=key_padding([S, 301, 17], S)),
         random_case(941, B=1, Hq=4, Hkv=2, T=1, S=2100, Dk=8, dtype=dtype, magnitude=2.0, label="decode GQA, S = 2100"),
     ]
     _run_supported(impl, cases)
@@ -151,9 +137,5 @@ def test_backward_past_a_size(impl, dtype):
         random_case(951, B=1, Hq=2, T=70, S=129, Dk=8, dtype=dtype, label="backward, T = 70, S = 129"),
         random_case(952, B=3, Hq=8, T=2, S=9, Dk=8, dtype=dtype, label="backward, B x H = 24"),
     ]
-    ran = [c for c in cases if impl.supports(c)]
-    if not ran:
-        impl.not_applicable("; ".join(impl.declaration.not_supported_reasons(cases[0])))
-    for i, case in enumerate(ran):
-        grad_out = cast(rng_for(960 + i).standard_normal(case.out_shape), dtype)
-        compare.assert_vjp_matches(impl, case, grad_out)
+    for i, case in enumerate(supported(impl, cases)):
+        compare.assert_vjp_matches(impl, case, cotangent(case, 960 + i))

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from conformance.clauses.common import cross_dims
 from conformance.clauses.test_state_between_calls import FUNCTION_OF_INPUTS
-from conformance.harness.cases import buckets
 from conformance.harness.cases.build import random_case, random_mask
 from conformance.harness.judge import compare
 from conformance.harness.spec.clause import clause
@@ -29,7 +29,7 @@ from conformance.harness.spec.clause import clause
     kills=["key_cache_by_id", "mask_cache_by_id"],
 )
 def test_refilled_buffers(impl, dtype):
-    shape = buckets.dims(impl, "cross", B=2, Hq=2, T=4, S=6, Dk=8)
+    shape = cross_dims(impl)
     B, H, T, S = (shape[x] for x in ("B", "Hq", "T", "S"))
     masked = impl.declaration.bool_mask
     mask = random_mask(1520, (B, H, T, S)) if masked else None
