@@ -32,13 +32,14 @@ from tests.clause_runner import dtypes_for, run_clause
 pytest_plugins = ["pytester"]
 
 VARIANT_CLAUSES = str(Path(__file__).resolve().parents[1] / "conformance" / "clauses" / "test_variants.py")
+LSE_CLAUSES = str(Path(VARIANT_CLAUSES).with_name("test_lse.py"))
 REFERENCE = "implementations.numpy_flash:flash_attn_func"
 
 
 def _catalog():
     from tests.clause_runner import load_clauses
 
-    mods = ("test_variants", "test_varlen", "test_kvcache", "test_sinks")
+    mods = ("test_variants", "test_lse", "test_varlen", "test_kvcache", "test_sinks")
     return {cid: info for cid, info in load_clauses().items() if info.module.endswith(mods)}
 
 
@@ -257,6 +258,7 @@ def test_signature_for_an_adapter_is_a_usage_error():
 def test_command_line_certifies_the_reference_on_the_variant_clauses(pytester):
     result = pytester.runpytest_inprocess(
         VARIANT_CLAUSES,
+        LSE_CLAUSES,
         f"--impl={REFERENCE}",
         "--signature=flash-attn",
         "--declare=grad=false",

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.clauses.test_variants import DECODE, NOT_BITWISE, assert_variant_output
+from conformance.clauses.test_variants import DECODE, NOT_BITWISE
 from conformance.contract import CacheForm, Case
 from conformance.harness.cases import buckets
 from conformance.harness.cases.build import random_case
 from conformance.harness.judge import compare
 from conformance.harness.judge.lse import assert_lse_matches
+from conformance.harness.judge.variant_forward import assert_variant_output
 from conformance.harness.spec.clause import Source, clause
 from conformance.harness.spec.definitions import Definition
 from conformance.harness.spec.report import ClauseViolation, mismatch_report

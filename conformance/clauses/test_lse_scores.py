@@ -12,7 +12,9 @@ no new program for it).
 
 from __future__ import annotations
 
-from conformance.clauses.test_variants import LSE_DEF, slopes
+from conformance.clauses.common import supported
+from conformance.clauses.test_lse import LSE_DEF
+from conformance.clauses.test_variants import slopes
 from conformance.harness.cases import buckets
 from conformance.harness.cases.build import random_case
 from conformance.harness.judge.lse import assert_lse_matches
@@ -41,8 +43,6 @@ def _cases(dtype: str) -> list:
     kills=["lse_ignores_softcap", "lse_ignores_alibi"],
 )
 def test_lse_of_final_scores(impl, dtype):
-    cases = [case for case in _cases(dtype) if impl.supports(case)]
-    if not cases:
-        impl.not_applicable("; ".join(impl.declaration.not_supported_reasons(_cases(dtype)[0])))
-    for case in buckets.spread(impl, dtype, cases):  # each in one dtype for a compiling kernel (ci)
+    # Each case in one dtype for a compiling kernel (ci).
+    for case in buckets.spread(impl, dtype, supported(impl, _cases(dtype))):
         assert_lse_matches(impl, case)

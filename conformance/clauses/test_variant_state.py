@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from conformance.clauses.common import supported
 from conformance.clauses.test_state_between_calls import FUNCTION_OF_INPUTS
-from conformance.clauses.test_variants import assert_variant_output, slopes
+from conformance.clauses.test_variants import slopes
 from conformance.contract import Case
 from conformance.harness.cases.build import random_case
+from conformance.harness.judge.variant_forward import assert_variant_output
 from conformance.harness.spec.clause import clause
 from conformance.harness.spec.report import fail
 
@@ -44,9 +46,7 @@ def _calls(dtype: str) -> list[Case]:
     kills=["alibi_slopes_baked_per_head_count", "window_baked_per_shape", "softcap_baked_per_shape"],
 )
 def test_variant_arguments_not_cached(impl, dtype):
-    calls = [c for c in _calls(dtype) if impl.supports(c)]
-    if not calls:
-        impl.not_applicable("; ".join(impl.declaration.not_supported_reasons(_calls(dtype)[0])))
+    calls = supported(impl, _calls(dtype))
     for i, case in enumerate(calls):
         try:
             assert_variant_output(impl, case)

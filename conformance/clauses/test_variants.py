@@ -1,4 +1,4 @@
-"""The variants kernel authors ship (issue 12): sliding windows, softcap, ALiBi, the returned lse.
+"""The variants kernel authors ship (issue 12): sliding windows, softcap, ALiBi (the returned lse: test_lse.py).
 
 The seed defines scaled dot-product attention and says nothing of these; where it speaks (the
 position offset of a non-square causal mask, decode with T_q = 1, "exact" not meaning bitwise) the
@@ -6,7 +6,8 @@ clauses cite it, and otherwise they cite the definition the kernels follow, Flas
 :class:`~conformance.harness.spec.definitions.Definition` (verbatim, never presented as the seed). The
 float64 answers come from :mod:`conformance.oracle_variants`; windows and ALiBi slide along the
 kernel's declared causal alignment (FlashAttention: bottom-right), and a failure names the variant,
-the window or slopes, and the query and key where the kernel went wrong.
+the window or slopes, and the query and key where the kernel went wrong
+(:mod:`conformance.harness.judge.variant_forward`).
 """
 
 from __future__ import annotations
@@ -14,15 +15,13 @@ from __future__ import annotations
 import numpy as np
 
 from conformance import oracle_variants
-from conformance.contract import Case
-from conformance.harness.calls.probes import observe_weights
+from conformance.clauses.test_causal import DECODE, OFFSET
+from conformance.clauses.test_determinism import NOT_BITWISE
 from conformance.harness.cases import buckets
 from conformance.harness.cases.build import random_case
-from conformance.harness.judge import compare, tolerance
-from conformance.harness.judge.lse import assert_lse_matches
-from conformance.harness.spec.clause import Source, clause
+from conformance.harness.judge.variant_forward import assert_variant_output, check_blocked_pattern
+from conformance.harness.spec.clause import clause
 from conformance.harness.spec.definitions import Definition
-from conformance.harness.spec.report import ClauseViolation, fail, mismatch_report
 
 FA_DOC = "flash_attn_func docstring"
 WINDOW_DEF = Definition(
@@ -43,128 +42,11 @@ ALIBI_DEF = Definition(
     "alibi_slopes: (nheads,) or (batch_size, nheads), fp32. A bias of (-alibi_slope * |i + seqlen_k - seqlen_q - j|) "
     "is added to the attention score of query i and key j.",
 )
-LSE_DEF = Definition(
-    "flash-attn",
-    FA_DOC,
-    "softmax_lse [optional, if return_attn_probs=True]: (batch_size, nheads, seqlen). The logsumexp of each row of "
-    "the matrix QK^T * scaling (e.g., log of the softmax normalization factor).",
-)
-LSE_GQA_DEF = Definition(
-    "flash-attn",
-    FA_DOC,
-    (
-        "For example, if Q has 6 heads and K, V have 2 heads, head 0, 1, 2 of Q will attention to head 0 of K, V, "
-        "and head 3, 4, 5 of Q will attention to head 1 of K, V.",
-        "softmax_lse [optional, if return_attn_probs=True]: (batch_size, nheads, seqlen).",
-    ),
-)
-OFFSET = Source("000", "§9 一个最小 Shape 测试", "带 KV Cache 的非方阵因果屏蔽也需要考虑位置偏移。")
-DECODE = Source("003", "输入与输出", "自回归 Decode 的单步查询通常 T_q=1，而 T_k 随历史长度增长。")
-NOT_BITWISE = Source(
-    "003", "边界与失败方式", "FP16/BF16 下不同融合顺序会产生允许范围内的数值差异；“精确注意力”不表示逐 bit 相同。"
-)
 
 
 def slopes(n_heads: int) -> np.ndarray:
     """The ALiBi paper's slopes, as the fp32 values FlashAttention takes."""
     return oracle_variants.alibi_slopes_for(n_heads).astype(np.float32)
-
-
-def _variant_words(case: Case, align: str) -> str:
-    parts = []
-    if case.is_varlen:
-        tq, sk = oracle_variants.lengths(case)
-        if case.seqlens_q is None:
-            parts.append(f"per-sequence key lengths {sk.tolist()} (T={case.T} each)")
-        else:
-            parts.append(f"varlen seqlens_q={tq.tolist()} seqlens_k={sk.tolist()}")
-    if case.kv_form is not None:
-        parts.append(case.kv_form.describe())
-    if case.window is not None:
-        parts.append(f"window {tuple(case.window)}")
-    if case.is_causal:
-        parts.append("causal")
-    if case.softcap:
-        parts.append(f"softcap {case.softcap:g}")
-    if case.alibi_slopes is not None:
-        parts.append(f"ALiBi slopes {list(np.shape(case.alibi_slopes))}")
-    return ", ".join(parts) + f" ({align}, as declared)"
-
-
-def _visible_keys(blocked_row: np.ndarray) -> str:
-    vis = np.flatnonzero(~blocked_row)
-    if vis.size == 0:
-        return "none"
-    if vis.size == vis[-1] - vis[0] + 1:
-        return f"keys {vis[0]}..{vis[-1]}"
-    return f"keys {vis.tolist()}"
-
-
-def check_blocked_pattern(impl, case: Case) -> np.ndarray:
-    """Observed weights: exactly 0 outside the variant's visible set, nonzero inside (where the
-    oracle's weight is not negligible), and equal to the oracle's within the error model."""
-    decl = impl.declaration
-    want = compare.expected(case, decl)
-    w = observe_weights(impl, case)
-    live = ~want.all_blocked
-    words = _variant_words(case, decl.causal_alignment)
-    leaked = want.blocked & live[..., None] & (w != 0)
-    if leaked.any():
-        b, h, t, s = (int(i) for i in np.argwhere(leaked)[0])
-        fail(
-            f"{words}: {int(leaked.sum())} positions outside the visible set have nonzero weight; first: query {t} "
-            f"reads key {s} (b={b}, h={h}, weight {w[b, h, t, s]:.6g}) but may see only "
-            f"{_visible_keys(want.blocked[b, h, t])}",
-            case,
-        )
-    starved = ~want.blocked & live[..., None] & (w == 0) & (want.weights > 1e-3)
-    if starved.any():
-        b, h, t, s = (int(i) for i in np.argwhere(starved)[0])
-        fail(
-            f"{words}: {int(starved.sum())} visible positions have weight 0; first: query {t} cannot read key {s} "
-            f"(b={b}, h={h}), which it may see ({_visible_keys(want.blocked[b, h, t])})",
-            case,
-        )
-    empty_read = want.all_blocked[..., None] & (w != 0) & ~np.isnan(w)
-    if decl.all_blocked_policy(case) == "zeros" and empty_read.any():
-        b, h, t, _ = (int(i) for i in np.argwhere(empty_read)[0])
-        fail(f"{words}: query {t} (b={b}, h={h}) sees no key, yet its weights are not 0", case)
-    allowed = compare.weights_allowance(case, decl)
-    msg = mismatch_report(
-        f"weights under {words}",
-        w,
-        want.weights,
-        np.where(live[..., None], allowed, np.inf),
-        tolerance.describe(decl.tolerance_dtype(case), "observed weights"),
-    )
-    if msg:
-        raise ClauseViolation(msg, case)
-    return w
-
-
-def _sequences_off(case: Case, decl, out: np.ndarray) -> str:
-    """Which sequences of the batch the kernel got wrong, with their lengths."""
-    with np.errstate(invalid="ignore"):
-        err = np.abs(np.asarray(out, dtype=np.float64) - compare.expected(case, decl).out)
-        bad = ~(err <= compare.output_allowance(case, decl))
-    bad &= ~np.isnan(compare.expected(case, decl).out)
-    tq, sk = oracle_variants.lengths(case)
-    seqs = [f"b={b} (T_b={tq[b]}, S_b={sk[b]})" for b in np.flatnonzero(bad.reshape(case.B, -1).any(axis=1))]
-    return f"\n  sequences that differ: {', '.join(seqs)}" if seqs else ""
-
-
-def assert_variant_output(impl, case: Case) -> np.ndarray:
-    """The output of a variant case against the variant oracle, the failure naming the variant (and,
-    for a varlen batch, the sequences that differ)."""
-    decl = impl.declaration
-    out = impl.forward(case)
-    try:
-        compare.assert_close(out, compare.expected(case, decl).out, case=case, decl=decl)
-    except ClauseViolation as exc:
-        words = _variant_words(case, decl.causal_alignment)
-        seqs = _sequences_off(case, decl, out) if case.is_varlen else ""
-        raise ClauseViolation(f"under {words}:\n{exc}{seqs}") from exc
-    return out
 
 
 # -- sliding windows -------------------------------------------------------------------------------
@@ -324,41 +206,3 @@ def test_variants_decode(impl, dtype):
         capped = case.replace(softcap=3.0, label=case.label + " softcap")
         if impl.supports(capped):
             assert_variant_output(impl, capped)
-
-
-# -- the log-sum-exp -------------------------------------------------------------------------------
-@clause(
-    "LSE-01",
-    "the returned lse is log(sum_j exp(s_j)) over each row's visible final scores, in the declared base (e unless declared 2), with the declared value on rows that see no key",
-    LSE_DEF,
-    requires=["returns_lse"],
-    kills=["lse_base2", "lse_empty_zero", "lse_without_scale", "lse_window_ignored", "lse_empty_positive"],
-)
-def test_lse(impl, dtype):
-    cases = [
-        random_case(980, B=2, Hq=2, T=5, S=11, Dk=16, dtype=dtype, magnitude=1.5, label="lse plain"),
-        random_case(981, B=1, Hq=2, T=7, S=4, Dk=8, dtype=dtype, is_causal=True, label="lse causal T > S"),
-        random_case(982, B=2, Hq=3, T=6, S=9, Dk=8, dtype=dtype, scale=0.5, label="lse custom scale"),
-        random_case(983, B=1, Hq=2, T=6, S=6, Dk=8, dtype=dtype, label="lse window").replace(window=(2, 0)),
-        # rows that see no key whatever the alignment: T > S with the window (0, 0)
-        random_case(984, B=1, Hq=2, T=7, S=4, Dk=8, dtype=dtype, label="lse empty rows").replace(window=(0, 0)),
-    ]
-    runnable = [case for case in cases if impl.supports(case)]
-    if not runnable:
-        impl.require(cases[0])
-    for case in buckets.spread(impl, dtype, runnable):  # each in one dtype for a compiling kernel (ci)
-        assert_lse_matches(impl, case)
-
-
-@clause(
-    "LSE-GQA-02",
-    "under GQA the lse is laid out [B, Hq, T] by query head, query head h belonging to kv head h // (Hq / Hkv)",
-    LSE_GQA_DEF,
-    requires=["returns_lse", "gqa"],
-    kills=["lse_gqa_kv_major"],
-)
-def test_lse_gqa_layout(impl, dtype):
-    for n, (hq, hkv) in buckets.spread(impl, dtype, list(enumerate(((6, 2), (8, 4))))):
-        case = random_case(990 + n, B=2, Hq=hq, Hkv=hkv, T=4, S=9, Dk=8, dtype=dtype, label=f"lse Hq={hq} Hkv={hkv}")
-        impl.require(case)
-        assert_lse_matches(impl, case)

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.clauses.test_variants import SOFTCAP_DEF, assert_variant_output, slopes
+from conformance.clauses.test_variants import SOFTCAP_DEF, slopes
 from conformance.contract import Case
 from conformance.harness.cases.build import random_case, rng_for
 from conformance.harness.judge.lse import assert_lse_matches
+from conformance.harness.judge.variant_forward import assert_variant_output
 from conformance.harness.spec.clause import clause
 
 

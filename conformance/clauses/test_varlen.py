@@ -15,12 +15,13 @@ from __future__ import annotations
 import numpy as np
 
 from conformance import oracle_variants
-from conformance.clauses.test_variants import DECODE, OFFSET, assert_variant_output, check_blocked_pattern, slopes
+from conformance.clauses.test_variants import DECODE, OFFSET, slopes
 from conformance.contract import Case
 from conformance.harness.cases import buckets
 from conformance.harness.cases.build import random_case
 from conformance.harness.judge import compare
 from conformance.harness.judge.lse import assert_lse_matches
+from conformance.harness.judge.variant_forward import assert_variant_output, check_blocked_pattern
 from conformance.harness.spec.clause import Source, clause
 from conformance.harness.spec.definitions import Definition
 from conformance.harness.spec.report import ClauseViolation

@@ -10,9 +10,9 @@ buffer shape (a compiling kernel builds no new program).
 
 from __future__ import annotations
 
-from conformance.clauses.test_variants import assert_variant_output, check_blocked_pattern
 from conformance.clauses.test_varlen import CU_SEQLENS, ragged
 from conformance.harness.cases import buckets
+from conformance.harness.judge.variant_forward import assert_variant_output, check_blocked_pattern
 from conformance.harness.spec.clause import clause
 
 
