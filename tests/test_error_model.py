@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from conformance import oracle
-from conformance.clauses.test_mask_kinds import dominant_blocked_case
+from conformance.clauses.test_mask_values import dominant_blocked_case
 from conformance.contract import DTYPES, Declaration
 from conformance.harness.calls.guarded import GuardedAdapter
 from conformance.harness.calls.probes import probe_case

@@ -57,6 +57,7 @@ def _run(pytester, *extra: str):
     return pytester.runpytest_inprocess(
         str(CLAUSES / "test_combinations.py"),
         str(CLAUSES / "test_mask_kinds.py"),
+        str(CLAUSES / "test_mask_values.py"),
         "--impl=tests.folded_kernels:bool_mean_v_float_nan",
         *[a for d in declares for a in ("--declare", d)],
         "--allow-partial",

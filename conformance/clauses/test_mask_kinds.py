@@ -1,9 +1,10 @@
-"""§3, §4, §7 and §9 of 000_f3dcd408372d9e02.txt: every kind of mask a kernel is handed.
+"""§3, §4, §7 and §9 of 000_f3dcd408372d9e02.txt: every kind of boolean mask a kernel is handed.
 
 The clauses here cover what the basic mask clauses (test_masks.py) do not: each broadcastable
 shape of a boolean mask, a key padding mask expanded as the article writes it, masks that differ
-per batch item *and* per head, padding OR causal, an all-False mask, blocked keys whose logits
-dominate (so a finite fill shows), garbage at blocked positions, and the additive float mask M.
+per batch item *and* per head, the mask's sense, padding OR causal, and an all-False mask. What a
+mask's values do (blocked keys whose logits dominate, so a finite fill shows; garbage at blocked
+positions; the additive float mask M) is test_mask_values.py.
 
 Where a case is built so that a misbroadcast still broadcasts (B == T for a [B,S] padding mask read
 as [T,S]), that is on purpose: §7.1 warns that a wrong broadcast "可能恰好尺寸相同而错误广播", and a
@@ -14,9 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from conformance.clauses.common import key_padding
 from conformance.contract import Case
 from conformance.harness.cases import buckets
-from conformance.harness.cases.build import cast, random_case, random_mask, rng_for
+from conformance.harness.cases.build import random_case, random_mask
 from conformance.harness.judge import compare
 from conformance.harness.spec.clause import Source, clause
 from conformance.oracle import causal_blocked
@@ -29,7 +31,6 @@ PADDING = Source(
 MASK_SHAPES = Source("000", "§4 完整 Shape 检查", "Mask:    [T, S]、[B, 1, T, S] 或可广播形状")
 BROADCAST = Source("003", "输入与输出", "Mask 必须能广播到分数矩阵，并明确布尔语义。")
 ADDITIVE = Source("000", "§3 矩阵形式", "$M$ 是可选的加性 Mask。允许注意的位置加 $0$ ，禁止注意的位置加 $-\\infty$ 。")
-FINITE_FILL = Source("000", "§3 矩阵形式", "用有限负数替代时，要结合 dtype 和分数范围选择数值；它并不严格等价于屏蔽。")
 SENSE = Source("003", "边界与失败方式", "布尔 Mask 在不同 API 中语义可能相反，迁移代码时必须读当前接口文档。")
 PAD_OR_CAUSAL = Source(
     "000",
@@ -38,9 +39,16 @@ PAD_OR_CAUSAL = Source(
 )
 
 
-# One shape for most clauses here (B == T on purpose, see the module docstring): a jitted kernel
-# compiles once per shape, and the suite should spend its time on checks, not on compilations.
+# One shape for most clauses here and in test_mask_values.py (B == T on purpose, see the module
+# docstring): a jitted kernel compiles once per shape, and the suite should spend its time on checks,
+# not on compilations.
 SHAPE = (3, 2, 3, 6)
+
+
+def shape_case(seed: int, dtype: str, label: str, **arrays) -> Case:
+    """A case of the one shape (:data:`SHAPE`, head dim 8) with the given mask or bias."""
+    B, H, T, S = SHAPE
+    return random_case(seed, B=B, Hq=H, T=T, S=S, Dk=8, dtype=dtype, label=label, **arrays)
 
 
 # -- boolean mask shapes -----------------------------------------------------------------------------
@@ -53,21 +61,7 @@ SHAPE = (3, 2, 3, 6)
 )
 def test_key_padding_mask(impl, dtype):
     # B == T: a kernel that reads [B,1,1,S] back as [T,S] broadcasts silently instead of failing.
-    B, H, T, S = SHAPE
-    key_padding_mask = np.zeros((B, S), dtype=bool)
-    for b, length in enumerate((6, 2, 5)):
-        key_padding_mask[b, length:] = True
-    case = random_case(
-        140,
-        B=B,
-        Hq=H,
-        T=T,
-        S=S,
-        Dk=8,
-        dtype=dtype,
-        mask=key_padding_mask[:, None, None, :],
-        label="key padding [B,1,1,S]",
-    )
+    case = shape_case(140, dtype, "key padding [B,1,1,S]", mask=key_padding((6, 2, 5), SHAPE[3]))
     impl.require(case)
     compare.assert_weights_match(impl, case)
     compare.assert_output_matches(impl, case)
@@ -96,8 +90,7 @@ def test_mask_broadcast_shapes(impl, dtype):
     B, H, T, S = SHAPE
     # A kernel compiling per shape checks each form in one dtype per ci run (harness.cases.buckets.spread).
     for i, (name, shape) in buckets.spread(impl, dtype, list(enumerate(_broadcast_shapes(B, H, T, S)))):
-        mask = random_mask(150 + i, shape, p_blocked=0.45)
-        case = random_case(150 + i, B=B, Hq=H, T=T, S=S, Dk=8, dtype=dtype, mask=mask, label=f"mask {name}")
+        case = shape_case(150 + i, dtype, f"mask {name}", mask=random_mask(150 + i, shape, p_blocked=0.45))
         impl.require(case)
         compare.assert_output_matches(impl, case)
 
@@ -117,7 +110,7 @@ def test_mask_per_batch_and_head(impl, dtype):
         for h in range(H):
             mask[b, h, (b + h) % T, :] = True
             mask[b, h, (b + h) % T, (b * H + h) % S] = False
-    case = random_case(160, B=B, Hq=H, T=T, S=S, Dk=8, dtype=dtype, mask=mask, label="per-item per-head mask")
+    case = shape_case(160, dtype, "per-item per-head mask", mask=mask)
     impl.require(case)
     compare.assert_weights_match(impl, case)
 
@@ -167,10 +160,7 @@ def test_all_false_mask_is_no_mask(impl, dtype):
 )
 def test_padding_or_causal(impl, dtype):
     B, H, T = 2, 2, 6
-    padding = np.zeros((B, T), dtype=bool)
-    padding[0, 4:] = True
-    padding[1, 2:] = True  # key 0 stays visible, so no row is fully blocked
-    expanded = padding[:, None, None, :]
+    expanded = key_padding((4, 2), T)  # key 0 stays visible, so no row is fully blocked
     both = random_case(
         190, B=B, Hq=H, T=T, S=T, Dk=8, dtype=dtype, mask=expanded, is_causal=True, label="is_causal + padding"
     )
@@ -179,124 +169,3 @@ def test_padding_or_causal(impl, dtype):
     impl.require(explicit)
     compare.assert_equivalent(impl, both, explicit, "is_causal + padding vs explicit OR")
     compare.assert_weights_match(impl, both)
-
-
-# -- blocked positions are inert ---------------------------------------------------------------------
-def dominant_blocked_case(dtype: str, seed: int, *, as_bias: bool = False) -> Case:
-    """Per (b, h), a random set of visible keys all scoring about -2e9 (scaled), every blocked key
-    scoring about +2e9.
-
-    Exactly -inf is the only fill that gives these blocked keys zero weight: -1e4 or -1e9 added to
-    +2e9 still wins, and -1e9 *written* over the blocked scores still beats the visible -2e9. The
-    visible keys of a slice share one key vector, so their exact weights are 1/n; but at |s| ~ 2e9 a
-    float32 score is only known to within u|s| ~ 128, so a correct kernel that subtracts the lse
-    instead of the max, or merges split-KV parts, gets visible weights far from 1/n (exp(s - lse)
-    with lse rounded to s gives each weight 1). The clauses using this case therefore assert what
-    they state: blocked weights exactly 0, every visible weight and output finite; the accuracy of
-    the visible weights is left to the error model, which knows this row is ill-conditioned below
-    float64 (its allowance is unbounded there, finite in float64). Inputs stay below float16's
-    largest value; the products need the float32 (or wider) scores the spec asks for (§8).
-    """
-    B, H, T, S, D = 2, 2, 3, 8, 16
-    rng = rng_for(seed)
-    c = float(np.sqrt(5e8))  # scale 1/4 at D = 16: scaled score = +-c^2 = +-5e8 * 4 = 2e9
-    u = np.where(rng.random(D) < 0.5, -1.0, 1.0)
-    q = np.tile(c * u, (B, H, T, 1))
-    blocked = rng.random((B, H, 1, S)) < 0.6
-    for b in range(B):
-        for h in range(H):
-            blocked[b, h, 0, rng.integers(S)] = False
-    k = np.where(blocked[..., 0, :, None], c * u, -c * u)
-    v = rng.standard_normal((B, H, S, D))
-    case = Case(
-        cast(q, dtype), cast(k, dtype), cast(v, dtype), seed=seed, label="blocked keys dominate (|score| ~ 2e9)"
-    )
-    if as_bias:
-        return case.replace(bias=np.where(blocked, -np.inf, 0.0), label=case.label + ", additive M")
-    return case.replace(mask=blocked)
-
-
-@clause(
-    "MASK-EXACT-ZERO-10",
-    "blocked keys get exactly zero weight even when their logits exceed the visible ones by ~4e9 (a finite fill such as -1e4 or -1e9 is not blocking)",
-    FINITE_FILL,
-    requires=["bool_mask"],
-    kills=["additive_fill_neg1e4", "replace_fill_neg1e9", "mean_v_on_all_blocked"],
-)
-def test_blocked_weight_exactly_zero(impl, dtype):
-    """Blocked weights exactly 0 (a finite fill is caught); visible weights and outputs finite and within
-    the error model (unbounded below float64 at |s| ~ 2e9, see :func:`dominant_blocked_case`)."""
-    case = dominant_blocked_case(dtype, 200)
-    impl.require(case)
-    compare.assert_weights_match(impl, case)
-    compare.assert_output_matches(impl, case)
-
-
-@clause(
-    "MASK-INERT-KV-11",
-    "changing K and V at blocked keys to large finite garbage does not change the output",
-    FINITE_FILL,
-    requires=["bool_mask"],
-    kills=["additive_fill_neg1e4", "mask_after_softmax"],
-)
-def test_blocked_kv_inert(impl, dtype):
-    B, H, T, S = SHAPE
-    D = 8
-    padding = np.zeros((B, S), dtype=bool)
-    padding[0, 4:] = True
-    padding[1, 2:] = True
-    padding[2, 5:] = True
-    mask = padding[:, None, None, :]
-    clean = random_case(210, B=B, Hq=H, T=T, S=S, Dk=D, dtype=dtype, mask=mask, label="clean K, V")
-    rng = rng_for(211)
-    blocked_kv = np.broadcast_to(padding[:, None, :, None], clean.key.shape)
-    # Scaled scores of the garbage keys reach ~1e4..1e5: above float16's 65504 only after the
-    # product, which the spec forms in float32 (§8); the garbage values stay finite in every dtype.
-    k_bad = np.where(
-        blocked_kv, 3e4 * np.clip(rng.standard_normal(clean.key.shape), -2, 2), clean.key.astype(np.float64)
-    )
-    v_bad = np.where(blocked_kv, 6e4 * np.tanh(rng.standard_normal(clean.value.shape)), clean.value.astype(np.float64))
-    garbage = clean.replace(key=cast(k_bad, dtype), value=cast(v_bad, dtype), label="garbage K, V at padded keys")
-    impl.require(clean)
-    compare.assert_equivalent(impl, garbage, clean, "garbage vs clean K, V at blocked keys")
-
-
-# -- additive float masks ----------------------------------------------------------------------------
-@clause(
-    "FLOAT-MASK-ADD-12",
-    "an additive float mask of finite values is added to the scaled scores: not read as a boolean, not multiplied by the scale",
-    ADDITIVE,
-    requires=["float_mask"],
-    kills=["bias_as_boolean", "bias_scaled", "bias_head0_for_all_heads", "float_mask_row0_key_padding"],
-)
-def test_float_mask_is_added(impl, dtype):
-    B, H, T, S = SHAPE
-    rng = rng_for(220)
-    biases = [2.0 * rng.standard_normal(shape) for shape in ((B, H, T, S), (T, S))]
-    for i, bias in buckets.spread(impl, dtype, list(enumerate(biases))):  # as in MASK-BROADCAST-05
-        shape = bias.shape
-        bias[..., 0] = 0.0  # zeros must stay visible, nonzeros must not become blocked
-        case = random_case(
-            220 + i, B=B, Hq=H, T=T, S=S, Dk=8, dtype=dtype, bias=bias, label=f"finite bias {list(shape)}"
-        )
-        impl.require(case)
-        compare.assert_output_matches(impl, case)
-
-
-@clause(
-    "FLOAT-MASK-M-13",
-    "the spec's additive M (0 where allowed, -inf where blocked) gives blocked keys exactly zero weight, equal to the boolean mask",
-    ADDITIVE,
-    requires=["float_mask"],
-    kills=["bias_clamped_neg1e4", "bias_neg_inf_clamped_in_place"],
-)
-def test_float_mask_neg_inf(impl, dtype):
-    """As MASK-EXACT-ZERO-10 with the blocking given as -inf in M; the boolean twin must agree within the
-    sum of both cases' allowances."""
-    case = dominant_blocked_case(dtype, 230, as_bias=True)
-    impl.require(case)
-    compare.assert_weights_match(impl, case, "weights under additive M")
-    compare.assert_output_matches(impl, case)
-    if impl.declaration.bool_mask:
-        as_bool = case.replace(bias=None, mask=np.isneginf(case.bias), label="same M as a boolean mask")
-        compare.assert_equivalent(impl, case, as_bool, "additive M vs boolean mask")
