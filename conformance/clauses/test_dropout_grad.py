@@ -23,17 +23,17 @@ from __future__ import annotations
 import numpy as np
 
 from conformance import oracle
+from conformance.clauses.test_dropout import INVERTED, dropout_case
+from conformance.clauses.test_gradients import cotangent
 from conformance.contract import Case
 from conformance.harness.calls.guarded import GuardedAdapter
 from conformance.harness.calls.probes import observe_weights, probe_case
-from conformance.harness.cases.build import random_case, random_mask
+from conformance.harness.cases.build import random_mask
 from conformance.harness.cases.profiles import profile_name
 from conformance.harness.judge import compare, tolerance
 from conformance.harness.judge.dropout_vjp import dropout_vjp, keep_scale_for
-from conformance.harness.spec.clause import Source, clause
+from conformance.harness.spec.clause import clause
 from conformance.harness.spec.report import ClauseViolation, check, fail, mismatch_report
-
-INVERTED = Source("000", "§8 最小 PyTorch 实现", "weights = F.dropout(weights, p=dropout_p, training=training)")
 
 P_DROP = 0.75  # 1/(1 - p) = 4: Z ⊙ V exact in every dtype (harness.judge.dropout_vjp.lift)
 
@@ -55,22 +55,8 @@ def _case(impl: GuardedAdapter, dtype: str, seed: int, p: float = P_DROP) -> Cas
     mask = random_mask(seed, (B, 1, T, S), p_blocked=0.25) if decl.bool_mask else None
     if mask is not None:
         mask[..., 0] = False  # key 0 stays visible, causal or not: no row is blocked entirely (its fill is a policy)
-    case = random_case(
-        seed,
-        B=B,
-        Hq=hq,
-        Hkv=hkv,
-        T=T,
-        S=S,
-        Dk=8,
-        Dv=8,
-        dtype=dtype,
-        mask=mask,
-        is_causal=decl.causal,
-        dropout_p=p,
-        magnitude=0.5,
-        label=f"dropout_p={p:g} backward",
-    )
+    case = dropout_case(dtype, seed, p, B=B, Hq=hq, Hkv=hkv, T=T, S=S, mask=mask, is_causal=decl.causal)
+    case = case.replace(label=f"dropout_p={p:g} backward")
     return case if decl.returns_weights else probe_case(case, square=decl.requires_dk_eq_dv)
 
 
@@ -150,10 +136,6 @@ def _hint(impl: GuardedAdapter, case: Case, z: np.ndarray, grads, grad_out: np.n
     "(gamma(T g) x absolute contributions, one rounding) (harness.judge.dropout_vjp)",
 )
 def test_dropout_backward(impl, dtype):
-    if not impl.declaration.dropout:
-        impl.not_applicable("declares dropout=False")
-    if not impl.declaration.grad:
-        impl.not_applicable("declares grad=False")
     for seed, p in _plan():
         _check_backward(impl, _case(impl, dtype, seed, p), seed + 1)
 
@@ -161,7 +143,7 @@ def test_dropout_backward(impl, dtype):
 def _check_backward(impl: GuardedAdapter, case: Case, seed: int) -> None:
     impl.require(case)
     z = _revealed_mask(impl, case)
-    grad_out = random_case(seed, B=case.B, Hq=case.Hq, T=case.T, S=1, Dk=case.Dv, dtype=case.dtype).query
+    grad_out = cotangent(case, seed)
     grads = impl.vjp(case, grad_out)
     decl = impl.declaration
     want, allowed = dropout_vjp(case, z, grad_out, decl)

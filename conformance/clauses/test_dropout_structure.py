@@ -1,12 +1,11 @@
-"""§7.3 and §8 of 000_f3dcd408372d9e02.txt: dropout's structure across the tensor, and with masks.
+"""§7.3 and §8 of 000_f3dcd408372d9e02.txt: dropout's structure across the tensor.
 
 test_dropout.py checks each weight's fate (dropped to 0 or scaled by 1/(1-p)), the rate and the
 seed. What it cannot see is the *structure* of the keep mask: fused kernels derive each (batch,
 head) slice's random numbers from an RNG offset, and an offset that ignores the head or batch
 index, or advances too little, gives slices that share their masks (whole or shifted) while every
-slice alone still has the right rate. Nor does it combine dropout with is_causal, with an additive
--inf, with an all-blocked row, or with p = 1 under masks; a separate dropout code path is where
-such combinations break.
+slice alone still has the right rate. Dropout together with is_causal and masks is
+test_dropout_masks.py.
 
 The statistics assume what every dropout kernel promises: each weight is kept independently with
 probability 1 - p. At p = 1/2 the keep bits are fair coins, and then the XOR of two distinct bits
@@ -20,25 +19,13 @@ import math
 
 import numpy as np
 
-from conformance.contract import Case
-from conformance.harness.calls.guarded import GuardedAdapter
+from conformance.clauses.test_dropout import RETURNED, dropout_case
 from conformance.harness.calls.probes import observe_weights
-from conformance.harness.cases.build import random_case, random_mask, rng_for
 from conformance.harness.judge import compare
-from conformance.harness.spec.clause import Source, clause
+from conformance.harness.spec.clause import clause
 from conformance.harness.spec.report import check, fail
 
-ORDER = Source("000", "§7.3 Mask 应加在 softmax 之前", "QK^T / sqrt(dk) → 加 Mask → softmax → dropout → 乘 V")
-RETURNED = Source(
-    "000", "§8 最小 PyTorch 实现", "返回的权重已经经过 dropout；启用训练态 dropout 后，单次计算的行和不保证为 1。"
-)
-
-ALPHA = 1e-6  # total false-positive rate of each clause in this module
-
-
-def _needs_dropout(impl: GuardedAdapter) -> None:
-    if not impl.declaration.dropout:
-        impl.not_applicable("declares dropout=False")
+ALPHA = 1e-6  # total false-positive rate of the clause
 
 
 def binomial_log_sf_table(n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -114,23 +101,11 @@ N_TESTS = len(_slice_pairs()) * N_SLICE + IND_B * IND_H  # 16 pairs x 1024 lags 
     f"{N_TESTS} (Bonferroni)",
 )
 def test_dropout_masks_independent(impl, dtype):
-    _needs_dropout(impl)
-    case = random_case(
-        400,
-        B=IND_B,
-        Hq=IND_H,
-        # Grouped heads where declared: an RNG offset taken from the kv head index gives the query heads
-        # of a group one shared mask, which the head pairs below see at lag 0.
-        Hkv=IND_H // 2 if impl.declaration.gqa else IND_H,
-        T=IND_T,
-        S=IND_S,
-        Dk=8,
-        Dv=8,
-        dtype=dtype,
-        magnitude=0.5,
-        dropout_p=0.5,
-        label="dropout structure, p = 1/2",
-    )
+    # Grouped heads where declared: an RNG offset taken from the kv head index gives the query heads
+    # of a group one shared mask, which the head pairs below see at lag 0.
+    hkv = IND_H // 2 if impl.declaration.gqa else IND_H
+    case = dropout_case(dtype, 400, 0.5, B=IND_B, Hq=IND_H, Hkv=hkv, T=IND_T, S=IND_S)
+    case = case.replace(label="dropout structure, p = 1/2")
     impl.require(case)
     undropped = compare.expected(case.replace(dropout_p=0.0), impl.declaration).weights
     check(bool(np.all(undropped > 1e-3)), "every undropped weight must be far from 0 (a defect of the clause)", case)
@@ -165,127 +140,3 @@ def test_dropout_masks_independent(impl, dtype):
                 + (": the same mask" if d == 0 and agree[d] == N_SLICE else ""),
                 case,
             )
-
-
-def _kept_values(impl: GuardedAdapter, case: Case, w: np.ndarray, context: str) -> None:
-    """Blocked weights exactly 0; kept visible weights are the undropped ones / (1 - p)."""
-    p = case.dropout_p
-    decl = impl.declaration
-    plain = case.replace(dropout_p=0.0)
-    want = compare.expected(plain, decl)
-    live = ~want.all_blocked
-    compare.assert_blocked_zero(w, want.blocked & live[..., None], case, f" under dropout with {context}")
-    allowed = compare.weights_allowance(plain, decl) / (1.0 - p)
-    kept = (w != 0) & ~want.blocked & live[..., None]
-    check(bool(kept.any()), f"dropout_p = {p} with {context} dropped every visible weight", case)
-    bad = kept & (np.abs(w - want.weights / (1.0 - p)) > allowed)
-    if bad.any():
-        idx = tuple(int(i) for i in np.argwhere(bad)[0])
-        fail(
-            f"{int(bad.sum())} kept weights under dropout with {context} are not undropped / (1 - p): first at "
-            f"{list(idx)} got {w[idx]:.6g}, expected {want.weights[idx] / (1 - p):.6g} (allowed |err| "
-            f"{allowed[idx]:.3g})",
-            case,
-        )
-
-
-def _empty_rows(impl: GuardedAdapter, case: Case, out: np.ndarray, context: str) -> None:
-    """Rows with no visible key keep the declared fill under dropout: zeros or NaN, never a stray NaN."""
-    decl = impl.declaration
-    want = compare.expected(case.replace(dropout_p=0.0), decl)
-    out = np.asarray(out, dtype=np.float64)
-    empty, policy = want.all_blocked, decl.all_blocked_policy(case)
-    if policy == "zeros":
-        rows = out[empty]
-        check(
-            bool(np.all(rows == 0)),
-            f"all-blocked rows under dropout with {context} must be exactly 0 (declared "
-            f"zeros); got {int(np.isnan(rows).sum())} NaN of {rows.size}",
-            case,
-        )
-    elif policy == "nan":
-        check(
-            bool(np.all(np.isnan(out[empty]))),
-            f"all-blocked rows under dropout with {context} must be NaN (declared nan)",
-            case,
-        )
-    live = out[~empty]
-    check(
-        bool(np.all(np.isfinite(live))),
-        f"rows with a visible key under dropout with {context} must be finite; "
-        f"{int((~np.isfinite(live)).sum())} elements are not",
-        case,
-    )
-
-
-def _masked_dropout_case(impl: GuardedAdapter, dtype: str, seed: int, p: float) -> Case:
-    """Boolean mask (one query row entirely blocked when the declared fill is zeros or nan) and,
-    when declared, an additive M with -inf; T == S = 12 with is_causal when declared."""
-    decl = impl.declaration
-    B, H, T = 2, 2, 12
-    arrays: dict = {}
-    if decl.bool_mask:
-        mask = random_mask(seed, (B, 1, T, T), p_blocked=0.3)
-        mask[..., 0] = False
-        if decl.all_blocked in ("zeros", "nan"):
-            mask[1, 0, 5, :] = True
-        arrays["mask"] = mask
-    if decl.float_mask:
-        rng = rng_for(seed + 1)
-        bias = np.where(rng.random((B, H, T, T)) < 0.25, -np.inf, 0.5 * rng.standard_normal((B, H, T, T)))
-        bias[..., 0] = 0.0
-        arrays["bias"] = bias
-    what = (
-        " + ".join(
-            k
-            for k, v in (("bool mask", "mask" in arrays), ("additive M", "bias" in arrays), ("is_causal", decl.causal))
-            if v
-        )
-        or "nothing blocked"
-    )
-    return random_case(
-        seed,
-        B=B,
-        Hq=H,
-        T=T,
-        S=T,
-        Dk=8,
-        Dv=8,
-        dtype=dtype,
-        magnitude=0.5,
-        dropout_p=p,
-        is_causal=decl.causal,
-        label=f"dropout_p={p:g} with {what}",
-        **arrays,
-    )
-
-
-@clause(
-    "DROPOUT-BLOCKED-07",
-    "under dropout (p = 0.3 and p = 1) with is_causal, a boolean mask and an additive -inf M, blocked weights stay "
-    "exactly 0, kept ones are the undropped weights / (1 - p), all-blocked rows keep their declared fill, and p = 1 "
-    "gives an all-zero output with no NaN",
-    ORDER,
-    requires=["dropout"],
-    kills=["causal_ignored_under_dropout", "dropout_nan_on_all_blocked", "dropout_p1_nan", "dropout_no_rescale"],
-)
-def test_dropout_with_masks(impl, dtype):
-    _needs_dropout(impl)
-    decl = impl.declaration
-    if not (decl.causal or decl.bool_mask or decl.float_mask):
-        impl.not_applicable("declares no is_causal and no mask: nothing can be blocked")
-    case = _masked_dropout_case(impl, dtype, 410, 0.3)
-    impl.require(case)
-    _empty_rows(impl, case, impl.forward(case), case.label)
-    _kept_values(impl, case, observe_weights(impl, case), case.label)
-    full = _masked_dropout_case(impl, dtype, 411, 1.0)
-    out = np.asarray(impl.forward(full), dtype=np.float64)
-    _empty_rows(impl, full, out, full.label)
-    want = compare.expected(full.replace(dropout_p=0.0), decl)
-    live = ~want.all_blocked
-    check(
-        bool(np.all(out[live] == 0)),
-        f"dropout_p = 1 must give an all-zero output (every weight dropped); "
-        f"{int(np.count_nonzero(out[live]))} elements are not 0 ({int(np.isnan(out[live]).sum())} NaN)",
-        full,
-    )
