@@ -490,6 +490,73 @@ class Declaration:
         return reasons
 
 
+def capabilities(
+    *,
+    dtypes: frozenset[str] = frozenset(DTYPES),
+    grad: bool = True,
+    dropout: bool = True,
+    gqa: bool = True,
+    bool_mask: bool = True,
+    float_mask: bool = True,
+    causal: bool = True,
+    custom_scale: bool = True,
+    max_head_dim: int | None = None,
+    requires_dk_eq_dv: bool = False,
+    returns_weights: bool = False,
+    returns_lse: bool = False,
+    window: bool = False,
+    softcap: bool = False,
+    alibi: bool = False,
+    sinks: bool = False,
+    varlen: bool = False,
+    kv_lengths: bool = False,
+    paged_kv: bool = False,
+    page_size_multiple: int | None = None,
+    kv_append: bool = False,
+) -> dict[str, object]:
+    """What a kernel can take and give, for a :class:`Declaration`: every field that decides whether a
+    clause or a case applies to it (``Declaration.not_supported_reasons``, ``grad``, the extra outputs).
+
+    The seed's SDPA is claimed unless switched off by name: all four dtypes, any head dim, and the
+    seven features ``grad`` ... ``custom_scale``; the extra outputs (``returns_weights``,
+    ``returns_lse``) and FlashAttention's variants (``window`` ... ``kv_append``) are not claimed
+    unless switched on. So ``Declaration(**capabilities(dropout=False, sinks=True), ...)`` is a
+    kernel with everything the seed's SDPA has but dropout, plus attention sinks; ``capabilities()``
+    is exactly the seed's SDPA. The defaults are not the Declaration's own (which claim only a
+    boolean mask, ``is_causal`` and a custom scale).
+
+    Why: every adapter listed the seed's seven features one keyword a line (``grad=True,
+    dropout=True, gqa=True, ...``), the same lines in every file, and the one that mattered, what a
+    kernel lacks, was lost among what it has. With this, a declaration reads in two parts: what
+    applies (this call, naming only the departures from the seed's SDPA), then how the kernel answers
+    (its conventions, ``causal_alignment``, ``all_blocked``, ``mask_sense`` ..., stated in full in each
+    adapter) with the claims in which it differs from the Declaration's defaults.
+    """
+    return {
+        "dtypes": dtypes,
+        "grad": grad,
+        "dropout": dropout,
+        "gqa": gqa,
+        "bool_mask": bool_mask,
+        "float_mask": float_mask,
+        "causal": causal,
+        "custom_scale": custom_scale,
+        "max_head_dim": max_head_dim,
+        "requires_dk_eq_dv": requires_dk_eq_dv,
+        "returns_weights": returns_weights,
+        "returns_lse": returns_lse,
+        "window": window,
+        "softcap": softcap,
+        "alibi": alibi,
+        "sinks": sinks,
+        "varlen": varlen,
+        "kv_lengths": kv_lengths,
+        "paged_kv": paged_kv,
+        "page_size_multiple": page_size_multiple,
+        "kv_append": kv_append,
+    }
+
+
 @runtime_checkable
 class Adapter(Protocol):
     """The protocol every kernel adapter satisfies (see the module docstring)."""

@@ -27,22 +27,14 @@ from typing import Any
 
 import numpy as np
 
-from conformance.contract import Case, Declaration, NotApplicable
+from conformance.contract import Case, Declaration, NotApplicable, capabilities
 
 FLASH_ATTN_DEFAULTS = Declaration(
-    grad=True,
-    dropout=False,
-    gqa=True,
-    bool_mask=False,
-    float_mask=False,
-    causal=True,
-    custom_scale=True,
+    **capabilities(
+        dropout=False, bool_mask=False, float_mask=False, returns_lse=True, window=True, softcap=True, alibi=True
+    ),
     causal_alignment="bottom-right",
     all_blocked="zeros",
-    window=True,
-    softcap=True,
-    alibi=True,
-    returns_lse=True,
     lse_base="e",
     lse_empty="-inf",
     notes="plain function with FlashAttention 2's flash_attn_func signature",

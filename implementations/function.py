@@ -31,16 +31,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from conformance.contract import Case, Declaration, NotApplicable
+from conformance.contract import Case, Declaration, NotApplicable, capabilities
 
 FUNCTION_DEFAULTS = Declaration(
-    grad=True,
-    dropout=True,
-    gqa=True,
-    bool_mask=True,
-    float_mask=True,
-    causal=True,
-    custom_scale=True,
+    **capabilities(),
     mask_sense="attend",
     masks_combined=True,  # sdpa_kwargs folds a boolean mask and an additive M into one attn_mask
     notes="plain function with the torch SDPA signature",

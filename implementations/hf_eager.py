@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from conformance.contract import DTYPES, Case, Declaration
+from conformance.contract import Case, Declaration, capabilities
 from implementations import _hf
 
 __all__ = ["hf_eager"]
@@ -62,24 +62,13 @@ def _attention_mask(case: Case, dtype: torch.dtype) -> torch.Tensor | None:
 hf_eager = _hf.HFAttention(
     "hf-eager",
     Declaration(
-        dtypes=frozenset(DTYPES),
-        device="cpu",
-        grad=True,
-        dropout=True,
-        gqa=True,
-        bool_mask=True,
-        float_mask=True,
-        causal=True,
-        custom_scale=True,
+        **capabilities(),
         causal_alignment="top-left",
         all_blocked="mean-v",
         all_blocked_float_mask="nan",
         masks_combined=True,
         float64_computed_as="float32",
         mask_sense="attend",  # masking_utils' boolean masks, before eager_mask makes them additive
-        deterministic=True,
-        batch_invariant=False,
-        validates_inputs=False,
         causal_with_mask=False,
         backend="hf-eager",
         notes=(

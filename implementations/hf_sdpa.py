@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from conformance.contract import DTYPES, Case, Declaration
+from conformance.contract import Case, Declaration, capabilities
 from implementations import _hf
 
 __all__ = ["hf_sdpa"]
@@ -44,23 +44,13 @@ def _attention_mask(case: Case, dtype: torch.dtype) -> torch.Tensor | None:
 
 hf_sdpa = _hf.HFAttention(
     "hf-sdpa",
+    # Reads like keras_torch.py's declaration (both end in torch's SDPA, one combined mask): data, measured apiece
     Declaration(
-        dtypes=frozenset(DTYPES),
-        device="cpu",
-        grad=True,
-        dropout=True,
-        gqa=True,
-        bool_mask=True,
-        float_mask=True,
-        causal=True,
-        custom_scale=True,
+        **capabilities(),
         causal_alignment="top-left",
         all_blocked="zeros",
         masks_combined=True,
         mask_sense="attend",
-        deterministic=True,
-        batch_invariant=False,
-        validates_inputs=False,
         causal_with_mask=True,
         backend="hf-sdpa",
         notes=(

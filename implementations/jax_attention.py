@@ -75,7 +75,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from conformance.contract import DTYPES, LOW_PRECISION, Case, Declaration, NotApplicable, np_dtype
+from conformance.contract import LOW_PRECISION, Case, Declaration, NotApplicable, capabilities, np_dtype
 
 
 def _enable_compilation_cache() -> str | None:
@@ -427,31 +427,14 @@ def _compile_refusals():
 
 
 _XLA = Declaration(
-    dtypes=frozenset(DTYPES),
-    device="cpu",
-    grad=True,
-    dropout=False,
-    gqa=True,
-    bool_mask=True,
-    float_mask=True,
-    causal=True,
-    custom_scale=True,
+    **capabilities(dropout=False, requires_dk_eq_dv=True, returns_lse=True, window=True, varlen=True, kv_lengths=True),
     causal_alignment="top-left",
     all_blocked="mean-v",
     all_blocked_float_mask="nan",
+    masks_combined=False,  # the boolean mask and the additive M reach jax as its two arguments, mask and bias
     float64_computed_as="float32",
     mask_sense="attend",
-    max_head_dim=None,
-    requires_dk_eq_dv=True,
-    deterministic=True,
-    batch_invariant=False,
-    returns_weights=False,
-    validates_inputs=False,
-    window=True,
-    varlen=True,
-    kv_lengths=True,
     mean_v_keys="buffer",
-    returns_lse=True,
     lse_base="e",
     lse_empty="large-negative",
     backend="xla",

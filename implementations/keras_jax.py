@@ -25,7 +25,7 @@ import functools
 
 import numpy as np
 
-from conformance.contract import Case, Declaration, NotApplicable, np_dtype
+from conformance.contract import Case, Declaration, NotApplicable, capabilities, np_dtype
 from implementations import _keras
 
 keras, _nn, _UNAVAILABLE = _keras.load("jax")
@@ -122,23 +122,11 @@ class KerasJax:
 keras_jax = KerasJax(
     "keras-jax",
     Declaration(
-        dtypes=_keras.KERAS_DTYPES - {"float16"},
-        device="cpu",
-        grad=True,
-        dropout=False,
-        gqa=True,
-        bool_mask=True,
-        float_mask=True,
-        causal=True,
-        custom_scale=True,
+        **capabilities(dtypes=_keras.KERAS_DTYPES - {"float16"}, dropout=False, requires_dk_eq_dv=True),
         causal_alignment="top-left",
         all_blocked="mean-v",
         all_blocked_float_mask="nan",
         mask_sense="attend",
-        requires_dk_eq_dv=True,
-        deterministic=True,
-        batch_invariant=False,
-        validates_inputs=False,
         causal_with_mask=True,
         backend="keras-jax",
         notes=(

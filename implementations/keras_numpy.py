@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.contract import Case, Declaration
+from conformance.contract import Case, Declaration, capabilities
 from implementations import _keras
 
 keras, _nn, _UNAVAILABLE = _keras.load("numpy")
@@ -64,22 +64,12 @@ class KerasNumpy:
 keras_numpy = KerasNumpy(
     "keras-numpy",
     Declaration(
-        dtypes=_keras.KERAS_DTYPES,
-        device="cpu",
-        grad=False,
-        dropout=False,
-        gqa=False,
-        bool_mask=True,
-        float_mask=True,
-        causal=True,
-        custom_scale=True,
+        **capabilities(dtypes=_keras.KERAS_DTYPES, grad=False, dropout=False, gqa=False),
         causal_alignment="top-left",
         all_blocked="mean-v",
         all_blocked_float_mask="nan",
         mask_sense="attend",
-        deterministic=True,
         batch_invariant=True,
-        validates_inputs=False,
         causal_with_mask=True,
         backend="keras-numpy",
         notes=(

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.contract import Case, Declaration
+from conformance.contract import Case, Declaration, capabilities
 from implementations import _keras
 from implementations._masks import causal_blocked
 
@@ -103,24 +103,14 @@ class KerasTorch:
 
 keras_torch = KerasTorch(
     "keras-torch",
+    # Reads like hf_sdpa.py's declaration (both end in torch's SDPA, one combined mask): data, measured apiece
     Declaration(
-        dtypes=_keras.KERAS_DTYPES,
-        device="cpu",
-        grad=True,
-        dropout=False,
-        gqa=True,
-        bool_mask=True,
-        float_mask=True,
-        causal=True,
-        custom_scale=True,
+        **capabilities(dtypes=_keras.KERAS_DTYPES, dropout=False),
         causal_alignment="top-left",
         all_blocked="mean-v",
         all_blocked_float_mask="zeros",
         masks_combined=True,
         mask_sense="attend",
-        deterministic=True,
-        batch_invariant=False,
-        validates_inputs=False,
         causal_with_mask=True,
         backend="keras-torch",
         notes=(

@@ -28,7 +28,7 @@ import importlib.metadata
 
 import numpy as np
 
-from conformance.contract import DTYPES, Case, Declaration, NotApplicable, np_dtype
+from conformance.contract import DTYPES, Case, Declaration, NotApplicable, capabilities, np_dtype
 from implementations._masks import bias_with, blocked
 
 try:  # the optional extra ``mlx``; without it the adapter says why it cannot run
@@ -124,25 +124,13 @@ class MlxAttention:
 mlx_cpu = MlxAttention(
     "mlx",
     Declaration(
-        dtypes=frozenset(DTYPES),
-        device="cpu",
-        grad=True,
-        dropout=False,
-        gqa=True,
-        bool_mask=True,
-        float_mask=True,
-        causal=True,
-        custom_scale=True,
+        **capabilities(dropout=False, sinks=True),
         causal_alignment="bottom-right",
         all_blocked="mean-v",
         all_blocked_float_mask="nan",
         masks_combined=True,
         float64_computed_as="float32",
         mask_sense="attend",
-        sinks=True,
-        deterministic=True,
-        batch_invariant=False,
-        validates_inputs=False,
         causal_with_mask=False,
         backend="mlx-fast",
         notes=(

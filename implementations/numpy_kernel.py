@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.contract import Case, Declaration, np_dtype
+from conformance.contract import Case, Declaration, capabilities, np_dtype
 
 TILE = 16
 CHUNK = 256  # keys per P V product in the streaming forward's second pass (tiles of TILE in the first)
@@ -57,19 +57,11 @@ class NumpyAdapter:
     def __init__(self, causal_alignment: str = "top-left", tile: int = TILE):
         self.tile = tile
         self.declaration = Declaration(
-            grad=True,
-            dropout=True,
-            gqa=True,
-            bool_mask=True,
-            float_mask=True,
-            causal=True,
-            custom_scale=True,
+            **capabilities(returns_weights=True),
             causal_alignment=causal_alignment,
             all_blocked="zeros",
             mask_sense="blocked",
-            deterministic=True,
             batch_invariant=True,
-            returns_weights=True,
             validates_inputs=True,
             memory_scaling="linear",
             backend="numpy-tiled",

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from conformance.contract import Case, Declaration, NotApplicable, dtype_name
+from conformance.contract import Case, Declaration, NotApplicable, capabilities, dtype_name
 from implementations._masks import bias_dtype, bias_with
 
 try:  # the optional extra ``onnxruntime``; without it the adapter says why it cannot run
@@ -135,22 +135,11 @@ _ORT_ERRORS = frozenset({"Fail", "InvalidArgument", "InvalidGraph", "NotImplemen
 onnxruntime_cpu = OnnxRuntimeAttention(
     "onnxruntime",
     Declaration(
-        dtypes=frozenset({"float64", "float32", "float16"}),
-        device="cpu",
-        grad=False,
-        dropout=False,
-        gqa=True,
-        bool_mask=True,
-        float_mask=True,
-        causal=True,
-        custom_scale=True,
+        **capabilities(dtypes=frozenset({"float64", "float32", "float16"}), grad=False, dropout=False),
         causal_alignment="top-left",
         all_blocked="zeros",
         float64_computed_as="float32",
         mask_sense="attend",
-        deterministic=True,
-        batch_invariant=False,
-        validates_inputs=False,
         rejects_with=frozenset({"ValueError", "RuntimeError", "TypeError"}) | _ORT_ERRORS,
         causal_with_mask=True,
         masks_combined=True,

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from conformance.contract import Case, Declaration
+from conformance.contract import Case, Declaration, capabilities
 from implementations._torch import qkv, to_numpy, to_torch
 
 
@@ -81,19 +81,10 @@ class TorchEagerAdapter:
 
     def __init__(self) -> None:
         self.declaration = Declaration(
-            grad=True,
-            dropout=True,
-            gqa=False,
-            bool_mask=True,
-            float_mask=False,
-            causal=True,
-            custom_scale=False,
+            **capabilities(gqa=False, float_mask=False, custom_scale=False, returns_weights=True),
             causal_alignment="top-left",
             all_blocked="zeros",
             mask_sense="blocked",
-            deterministic=True,
-            batch_invariant=False,
-            returns_weights=True,
             validates_inputs=True,
             notes="the article's implementation (000_f3dcd408372d9e02.txt §8); is_causal emulated with triu(1)",
         )

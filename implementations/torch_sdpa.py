@@ -62,7 +62,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from conformance.contract import DTYPES, LOW_PRECISION, Case, Declaration, NotApplicable
+from conformance.contract import DTYPES, LOW_PRECISION, Case, Declaration, NotApplicable, capabilities
 from implementations._torch import TORCH_DTYPES, qkv, sdpa_kwargs, to_numpy, to_torch
 
 __all__ = [
@@ -295,25 +295,12 @@ _ALL = frozenset(TORCH_DTYPES)
 _HALF = LOW_PRECISION
 
 _CPU = Declaration(
-    dtypes=_ALL,
-    device="cpu",
-    grad=True,
-    dropout=True,
-    gqa=True,
-    bool_mask=True,
-    float_mask=True,
-    causal=True,
-    custom_scale=True,
+    **capabilities(dtypes=_ALL),
     causal_alignment="top-left",
     all_blocked="zeros",
     mask_sense="attend",
     masks_combined=True,  # sdpa_kwargs: a boolean mask and an additive M become one attn_mask
-    max_head_dim=None,
-    requires_dk_eq_dv=False,
-    deterministic=True,
     batch_invariant=True,
-    returns_weights=False,
-    validates_inputs=False,
     notes=(
         "torch 2.13 CPU, backend chosen by torch (flash for most cases; math for dropout and "
         "Dk != Dv). Measured: all-blocked rows (bool or all -inf float mask) -> zeros with finite "
