@@ -21,7 +21,6 @@ import pytest
 
 from conformance.harness.cases.cells import FEATURES, SEP, SHAPE_CLASSES, admitted, cells_of, features_of
 from conformance.harness.records import coverage_tables
-from conformance.harness.run import runstate
 from conformance.harness.run.report_channel import ReportChannel
 
 __all__ = [
@@ -54,16 +53,11 @@ def counts(config: pytest.Config) -> dict[str, Counter]:
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    state = runstate.get_state(config)
-    store = counts(config)
-    if state is None or not store or runstate.is_xdist_worker(config):
-        return
-    terminalreporter.section("sdpa-conformance case-space coverage")
-    for spec, reached in store.items():
-        res = state.resolved.get(spec)
-        if res is None or not res.usable:
-            continue
-        rec = coverage_tables.cells_table(reached, res.adapter.declaration)
+    rows = CHANNEL.per_adapter(config)
+    if rows:
+        terminalreporter.section("sdpa-conformance case-space coverage")
+    for spec, decl, reached in rows:
+        rec = coverage_tables.cells_table(reached, decl)
         line = f"{spec}: {rec['reached']}/{rec['admitted']} admitted cells reached"
         if rec["not_reached"]:
             shown = "; ".join(rec["not_reached"][:4])

@@ -22,7 +22,6 @@ from conformance.contract import Case
 from conformance.harness.cases.pairs_space import reached_values
 from conformance.harness.cases.profiles import profile_name
 from conformance.harness.records import coverage_tables
-from conformance.harness.run import runstate
 from conformance.harness.run.report_channel import ReportChannel
 
 ATTR = "covering_reached"  # list of value-class records on the guarded adapter
@@ -64,16 +63,11 @@ def records(config: pytest.Config) -> dict[str, list[dict[str, str]]]:
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    state = runstate.get_state(config)
-    store = records(config)
-    if state is None or not store or runstate.is_xdist_worker(config):
-        return
-    terminalreporter.section("sdpa-conformance pair coverage")
-    for spec, recs in store.items():
-        res = state.resolved.get(spec)
-        if res is None or not res.usable:
-            continue
-        for t, rec in coverage_tables.pairs_table(recs, res.adapter.declaration, strengths()).items():
+    rows = CHANNEL.per_adapter(config)
+    if rows:
+        terminalreporter.section("sdpa-conformance pair coverage")
+    for spec, decl, recs in rows:
+        for t, rec in coverage_tables.pairs_table(recs, decl, strengths()).items():
             terminalreporter.write_line(f"{spec}: {coverage_tables.pairs_line(t, rec)}")
             if t == "2":
                 terminalreporter.write_line(f"    {coverage_tables.pairs_excluded_line(rec)}")

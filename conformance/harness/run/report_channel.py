@@ -68,3 +68,16 @@ class ReportChannel:
 
     def store(self, config: pytest.Config) -> dict[str, Any]:
         return config.stash.get(self._stash, {})
+
+    def per_adapter(self, config: pytest.Config) -> list[tuple[str, Any, Any]]:
+        """(spec, declaration, merged payload) of each usable adapter with payloads, for a summary
+        section; empty in an xdist worker (the controlling process reports)."""
+        state = runstate.get_state(config)
+        if state is None or runstate.is_xdist_worker(config):
+            return []
+        out = []
+        for spec, payload in self.store(config).items():
+            res = state.resolved.get(spec)
+            if res is not None and res.usable:
+                out.append((spec, res.adapter.declaration, payload))
+        return out
