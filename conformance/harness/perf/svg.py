@@ -108,6 +108,8 @@ def _panel_svg(panel: Panel, x0: float, y0: float, w: float, h: float, xunit: st
                 f"<text x='{X:.1f}' y='{y0 + top + ph + 14:.1f}' text-anchor='middle' font-size='10' {FONT}>"
                 f"{escape(_fmt(t, xunit))}</text>"
             )
+    # The y ticks: the x loop above on the other axis (the same shape; one helper for both would take
+    # the axis, its scale, its ticks and two label placements, more to read than the two loops).
     for t in _binary_ticks(ylo, yhi) if yunit == "B" else _decades(ylo, yhi):
         if ylo <= t <= yhi:
             Y = py(t)

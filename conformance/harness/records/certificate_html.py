@@ -101,7 +101,7 @@ def render(doc: dict) -> str:
                 )
             )
         b = a.get("baseline")
-        if b:
+        if b:  # the same record as certificate_markdown's section, in HTML: two formats, one order of facts
             parts.append("<h2>Regression baseline</h2>")
             if "recorded" in b:
                 parts.append(f"<p>Recorded to <code>{esc(b['recorded'])}</code> in this run.</p>")

@@ -49,6 +49,7 @@ _CONFIG: dict = {}
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    # pytest's option API, the same calls as every sub-plugin's (selfdefense.py, certificate.py)
     group = parser.getgroup("sdpa-conformance")
     group.addoption(
         "--conformance-perf",
