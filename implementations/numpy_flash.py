@@ -116,9 +116,11 @@ def _options(D, softmax_scale, causal, window_size):
     return scale, left, right
 
 
-def _setup(dtype, B, T, H, Hkv, D, Dv, softmax_scale, causal, window_size, alibi_slopes):
-    """What both reference kernels fix before their loops: the head grouping (checked), scale and window,
-    ALiBi slopes per (batch, head), the accumulation dtype, and the zeroed output and -inf lse."""
+def _setup(kind, dtype, B, T, H, Hkv, D, Dv, softmax_scale, causal, window_size, softcap, alibi_slopes):
+    """What both reference kernels fix before their loops: the head grouping (checked), the accumulation
+    dtype, the zeroed output and -inf lse, and ``options(b, h)``: the keyword arguments of :func:`_head`
+    for one (sequence, head), i.e. scale, window, softcap, its ALiBi slope, dtype and the inputs' kind
+    (one function, so that the two kernels cannot pass their heads different options)."""
     if H % Hkv:
         raise ValueError(f"number of query heads {H} must be divisible by the number of kv heads {Hkv}")
     scale, left, right = _options(D, softmax_scale, causal, window_size)
@@ -128,13 +130,19 @@ def _setup(dtype, B, T, H, Hkv, D, Dv, softmax_scale, causal, window_size, alibi
     acc_t = np.float64 if dtype == np.float64 else np.float32
     out = np.zeros((B, T, H, Dv), dtype=acc_t)
     lse = np.full((B, H, T), -np.inf, dtype=acc_t)
-    return H // Hkv, scale, left, right, slopes, acc_t, out, lse
+
+    def options(b: int, h: int) -> dict[str, Any]:
+        slope = None if slopes is None else slopes[b, h]
+        return dict(scale=scale, softcap=softcap, left=left, right=right, slope=slope, acc_t=acc_t, kind=kind)
+
+    return H // Hkv, acc_t, out, lse, options
 
 
 def flash_attn_func(
     q,
     k,
     v,
+    # FA2's own keywords, as in flash_attn_varlen_func: each function stands in for FA2's API, so spells out its own
     dropout_p=0.0,
     softmax_scale=None,
     causal=False,
@@ -154,8 +162,8 @@ def flash_attn_func(
     vn, _ = _as_numpy(v)
     B, T, H, D = qn.shape
     S, Hkv, Dv = kn.shape[1], kn.shape[2], vn.shape[3]
-    group, scale, left, right, slopes, acc_t, out, lse = _setup(
-        qn.dtype, B, T, H, Hkv, D, Dv, softmax_scale, causal, window_size, alibi_slopes
+    group, acc_t, out, lse, options = _setup(
+        kind, qn.dtype, B, T, H, Hkv, D, Dv, softmax_scale, causal, window_size, softcap, alibi_slopes
     )
     rows = np.arange(T) + (S - T)  # each query's place on the key axis (bottom-right)
     sink_logits = None if sinks is None else np.asarray(_as_numpy(sinks)[0], dtype=np.float32).reshape(H)
@@ -168,19 +176,12 @@ def flash_attn_func(
                 vn[b, :, kv, :].astype(acc_t),
                 np.arange(S),
                 rows,
-                scale=scale,
-                softcap=softcap,
-                left=left,
-                right=right,
-                slope=None if slopes is None else slopes[b, h],
-                acc_t=acc_t,
-                kind=kind,
+                **options(b, h),
                 sink=None if sink_logits is None else sink_logits[h],
             )
     result = _back(out, kind)
     if return_attn_probs:
-        lse_out = lse if kind[0] == "numpy" else _back(lse, ("torch", _torch_dtype(lse.dtype), kind[2]))
-        return result, lse_out, None
+        return result, _lse_back(lse, kind), None
     return result
 
 
@@ -256,8 +257,8 @@ def flash_attn_with_kvcache(
     kc, _ = _as_numpy(k_cache)
     vc, _ = _as_numpy(v_cache)
     Hkv, Dv = kc.shape[2], vc.shape[3]
-    group, scale, left, right, slopes, acc_t, out, lse = _setup(
-        qn.dtype, B, T, H, Hkv, D, Dv, softmax_scale, causal, window_size, alibi_slopes
+    group, acc_t, out, lse, options = _setup(
+        kind, qn.dtype, B, T, H, Hkv, D, Dv, softmax_scale, causal, window_size, softcap, alibi_slopes
     )
     for b in range(B):
         L = int(lens[b]) + new
@@ -268,27 +269,23 @@ def flash_attn_with_kvcache(
         chunks = np.array_split(np.arange(L), max(int(num_splits), 1)) if L else [np.arange(0)]
         for h in range(H):
             kv = h // group
-            opts = dict(
-                scale=scale,
-                softcap=softcap,
-                left=left,
-                right=right,
-                slope=None if slopes is None else slopes[b, h],
-                acc_t=acc_t,
-                kind=kind,
-            )
+            opts = options(b, h)
             parts = [_head(qn[b, :, h, :].astype(acc_t), keys[c, kv], vals[c, kv], c, rows, **opts) for c in chunks]
             out[b, :, h, :], lse[b, h] = _merge(parts) if len(parts) > 1 else parts[0]
     result = _back(out, kind)
     if return_softmax_lse:
-        return result, (lse if kind[0] == "numpy" else _back(lse, ("torch", _torch_dtype(lse.dtype), kind[2])))
+        return result, _lse_back(lse, kind)
     return result
 
 
-def _torch_dtype(dtype: np.dtype):
+def _lse_back(lse: np.ndarray, kind: Any) -> Any:
+    """The lse in the caller's kind: NumPy as computed, torch float32 (float64 for float64 inputs) on
+    the inputs' device, as FlashAttention returns it whatever the input dtype."""
+    if kind[0] == "numpy":
+        return lse
     import torch
 
-    return torch.float64 if dtype == np.float64 else torch.float32
+    return _back(lse, ("torch", torch.float64 if lse.dtype == np.float64 else torch.float32, kind[2]))
 
 
 def flash_attn_varlen_func(
@@ -299,6 +296,7 @@ def flash_attn_varlen_func(
     cu_seqlens_k,
     max_seqlen_q,
     max_seqlen_k,
+    # FA2's own keywords, as in flash_attn_func: each function stands in for FA2's API, so spells out its own
     dropout_p=0.0,
     softmax_scale=None,
     causal=False,
@@ -338,7 +336,7 @@ def flash_attn_varlen_func(
     lse = np.concatenate(lses, axis=1) if lses else np.zeros((H, 0), dtype=qn.dtype)
     result = _back(out, kind)
     if return_attn_probs:
-        return result, (lse if kind[0] == "numpy" else _back(lse, ("torch", _torch_dtype(lse.dtype), kind[2]))), None
+        return result, _lse_back(lse, kind), None
     return result
 
 

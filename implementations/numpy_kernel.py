@@ -51,6 +51,23 @@ def _validate(case: Case) -> None:
         raise ValueError("dropout_p must lie in [0, 1]")
 
 
+def _finite(row_max: np.ndarray, work) -> np.ndarray:
+    """A row max to subtract before ``exp``: 0 where the row has seen no key yet (max ``-inf``)."""
+    return np.where(np.isneginf(row_max), 0.0, row_max).astype(work)
+
+
+def _online_step(running_max: np.ndarray, running_sum: np.ndarray, s: np.ndarray, work):
+    """One key tile of the online softmax: each row's (max, denominator) after the tile's scores ``s``.
+
+    The streaming forward's first pass and ``_probabilities`` take the same steps, so that the two
+    paths' probabilities are the very same numbers (written once here for that reason)."""
+    new_max = np.maximum(running_max, s.max(axis=1))
+    safe = _finite(new_max, work)
+    with np.errstate(invalid="ignore"):
+        running_sum = running_sum * np.exp(np.where(np.isneginf(running_max), -np.inf, running_max - safe))
+    return new_max, running_sum + np.exp(s - safe[:, None]).sum(axis=1)
+
+
 class NumpyAdapter:
     name = "numpy"
 
@@ -122,13 +139,8 @@ class NumpyAdapter:
         for start in range(0, S, self.tile):  # pass 1: row max and denominator, as _probabilities
             stop = min(start + self.tile, S)
             s = (q @ k[start:stop].T) * scale + self._additive_tile(case, b, h, start, stop)
-            new_max = np.maximum(running_max, s.max(axis=1))
-            safe = np.where(np.isneginf(new_max), 0.0, new_max).astype(work)
-            with np.errstate(invalid="ignore"):
-                running_sum = running_sum * np.exp(np.where(np.isneginf(running_max), -np.inf, running_max - safe))
-            running_sum = running_sum + np.exp(s - safe[:, None]).sum(axis=1)
-            running_max = new_max
-        safe = np.where(np.isneginf(running_max), 0.0, running_max).astype(work)
+            running_max, running_sum = _online_step(running_max, running_sum, s, work)
+        safe = _finite(running_max, work)
         live = running_sum > 0
         acc = np.zeros((T, case.Dv), dtype=work)
         for start in range(0, S, CHUNK):  # pass 2: the same probabilities, tile by tile, times V
@@ -169,14 +181,8 @@ class NumpyAdapter:
             stop = min(start + self.tile, S)
             s = (q @ k[start:stop].T) * scale + add[:, start:stop]
             scores[:, start:stop] = s
-            tile_max = s.max(axis=1)
-            new_max = np.maximum(running_max, tile_max)
-            safe = np.where(np.isneginf(new_max), 0.0, new_max).astype(work)
-            with np.errstate(invalid="ignore"):
-                running_sum = running_sum * np.exp(np.where(np.isneginf(running_max), -np.inf, running_max - safe))
-            running_sum = running_sum + np.exp(s - safe[:, None]).sum(axis=1)
-            running_max = new_max
-        safe = np.where(np.isneginf(running_max), 0.0, running_max).astype(work)
+            running_max, running_sum = _online_step(running_max, running_sum, s, work)
+        safe = _finite(running_max, work)
         e = np.exp(scores - safe[:, None])
         with np.errstate(invalid="ignore", divide="ignore"):
             p = np.where(running_sum[:, None] > 0, e / running_sum[:, None], 0.0).astype(work)
