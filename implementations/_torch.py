@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from conformance.contract import LOW_PRECISION, Case, np_dtype
+from implementations._masks import causal_blocked
 
 TORCH_DTYPES = {
     "float64": torch.float64,
@@ -69,12 +70,6 @@ def blocked_mask(case: Case, device: str = "cpu") -> torch.Tensor | None:
 
 def dtype_of(t: torch.Tensor) -> str:
     return _NAMES.get(t.dtype, str(t.dtype))
-
-
-def causal_blocked(T: int, S: int, alignment: str = "top-left") -> np.ndarray:
-    """[T, S] causal mask, True = blocked: query i sees keys j <= i (+ S - T when bottom-right)."""
-    offset = 0 if alignment == "top-left" else S - T
-    return np.arange(S)[None, :] > np.arange(T)[:, None] + offset
 
 
 def sdpa_kwargs(

@@ -294,6 +294,28 @@ _BACKEND_OPS = (
 _ALL = frozenset(TORCH_DTYPES)
 _HALF = LOW_PRECISION
 
+# The name a forced backend is declared by (Declaration.backend): the one kernel_ran reports for its
+# aten op (_BACKEND_OPS above).
+_DECLARED_BACKEND = {
+    SDPBackend.MATH: "math",
+    SDPBackend.FLASH_ATTENTION: "flash",
+    SDPBackend.EFFICIENT_ATTENTION: "efficient",
+    SDPBackend.CUDNN_ATTENTION: "cudnn",
+}
+
+
+def _forced(name: str, base: Declaration, backend: SDPBackend, **changes: Any) -> TorchSDPA:
+    """The adapter forced to ``backend`` on ``base``'s device: ``base`` (the CPU or CUDA declaration)
+    with ``changes``, claiming that backend.
+
+    Why: each forced adapter used to say its backend twice (the SDPBackend that forces it, the name
+    its declaration claims) and its device twice (the declaration's, the adapter's); said once here,
+    the two cannot disagree."""
+    return TorchSDPA(
+        name, base.replace(backend=_DECLARED_BACKEND[backend], **changes), device=base.device, backend=backend
+    )
+
+
 _CPU = Declaration(
     **capabilities(dtypes=_ALL),
     causal_alignment="top-left",
@@ -312,36 +334,32 @@ _CPU = Declaration(
 
 cpu_default = TorchSDPA("torch-sdpa", _CPU)
 
-cpu_math = TorchSDPA(
+cpu_math = _forced(
     "torch-sdpa-math",
-    _CPU.replace(
-        backend="math",
-        notes=(
-            "torch 2.13 CPU, SDPBackend.MATH forced. Measured like torch-sdpa: zeros for all-blocked "
-            "rows, top-left causal, GQA h // (Hq/Hkv), bitwise repeatable, batch invariant; accepts "
-            "dropout, Dk != Dv and masks of any broadcastable rank."
-        ),
+    _CPU,
+    SDPBackend.MATH,
+    notes=(
+        "torch 2.13 CPU, SDPBackend.MATH forced. Measured like torch-sdpa: zeros for all-blocked "
+        "rows, top-left causal, GQA h // (Hq/Hkv), bitwise repeatable, batch invariant; accepts "
+        "dropout, Dk != Dv and masks of any broadcastable rank."
     ),
-    backend=SDPBackend.MATH,
 )
 
-cpu_flash = TorchSDPA(
+cpu_flash = _forced(
     "torch-sdpa-flash",
-    _CPU.replace(
-        dropout=False,
-        requires_dk_eq_dv=True,
-        backend="flash",
-        memory_scaling="linear",
-        notes=(
-            "torch 2.13 CPU, SDPBackend.FLASH_ATTENTION forced. Measured: all four dtypes, bool and "
-            "float masks, GQA, head dims up to 1024; refuses dropout ('Both fused kernels do not "
-            "support non-zero dropout.') and Dk != Dv; refusals are raised as NotApplicable with "
-            "torch's reason. Zeros for all-blocked rows, top-left causal, repeatable, batch invariant. "
-            "Peak extra memory of a forward grows linearly in S at T = S (MEM-SCALING-01: exponent ~0.3 "
-            "from 512 to 2048, against 2 for a materialised T x S matrix)."
-        ),
+    _CPU,
+    SDPBackend.FLASH_ATTENTION,
+    dropout=False,
+    requires_dk_eq_dv=True,
+    memory_scaling="linear",
+    notes=(
+        "torch 2.13 CPU, SDPBackend.FLASH_ATTENTION forced. Measured: all four dtypes, bool and "
+        "float masks, GQA, head dims up to 1024; refuses dropout ('Both fused kernels do not "
+        "support non-zero dropout.') and Dk != Dv; refusals are raised as NotApplicable with "
+        "torch's reason. Zeros for all-blocked rows, top-left causal, repeatable, batch invariant. "
+        "Peak extra memory of a forward grows linearly in S at T = S (MEM-SCALING-01: exponent ~0.3 "
+        "from 512 to 2048, against 2 for a materialised T x S matrix)."
     ),
-    backend=SDPBackend.FLASH_ATTENTION,
 )
 
 _CUDA_UNMEASURED = (
@@ -358,60 +376,47 @@ _CUDA = _CPU.replace(
 
 cuda_default = TorchSDPA("torch-sdpa-cuda", _CUDA, device="cuda")
 
-cuda_math = TorchSDPA(
+cuda_math = _forced(
     "torch-sdpa-cuda-math",
-    _CUDA.replace(
-        backend="math", notes=_CUDA_UNMEASURED + "SDPBackend.MATH forced: same composite code as the CPU math path."
-    ),
-    device="cuda",
-    backend=SDPBackend.MATH,
+    _CUDA,
+    SDPBackend.MATH,
+    notes=_CUDA_UNMEASURED + "SDPBackend.MATH forced: same composite code as the CPU math path.",
 )
 
-cuda_flash = TorchSDPA(
+cuda_flash = _forced(
     "torch-sdpa-cuda-flash",
-    _CUDA.replace(
-        dtypes=_HALF,
-        bool_mask=False,
-        float_mask=False,
-        max_head_dim=256,
-        requires_dk_eq_dv=True,
-        backend="flash",
-        memory_scaling="linear",
-        notes=_CUDA_UNMEASURED
-        + "SDPBackend.FLASH_ATTENTION forced: fp16/bf16 on sm80+, no attn_mask, Dk == Dv <= 256; "
-        "is_causal with T != S is refused (torch will not expose FlashAttention-2's bottom-right "
-        "alignment), so every causal case it runs is square and the alignment is moot.",
-    ),
-    device="cuda",
-    backend=SDPBackend.FLASH_ATTENTION,
+    _CUDA,
+    SDPBackend.FLASH_ATTENTION,
+    dtypes=_HALF,
+    bool_mask=False,
+    float_mask=False,
+    max_head_dim=256,
+    requires_dk_eq_dv=True,
+    memory_scaling="linear",
+    notes=_CUDA_UNMEASURED + "SDPBackend.FLASH_ATTENTION forced: fp16/bf16 on sm80+, no attn_mask, Dk == Dv <= 256; "
+    "is_causal with T != S is refused (torch will not expose FlashAttention-2's bottom-right "
+    "alignment), so every causal case it runs is square and the alignment is moot.",
 )
 
-cuda_efficient = TorchSDPA(
+cuda_efficient = _forced(
     "torch-sdpa-cuda-efficient",
-    _CUDA.replace(
-        dtypes=frozenset(DTYPES) - {"float64"},
-        backend="efficient",
-        memory_scaling="linear",
-        notes=_CUDA_UNMEASURED
-        + "SDPBackend.EFFICIENT_ATTENTION forced: fp16/fp32/bf16, bool and float masks, Dk == Dq, "
-        "head dims aligned to 4 (fp32) or 8 (half); causal uses the top-left mask type.",
-    ),
-    device="cuda",
-    backend=SDPBackend.EFFICIENT_ATTENTION,
+    _CUDA,
+    SDPBackend.EFFICIENT_ATTENTION,
+    dtypes=frozenset(DTYPES) - {"float64"},
+    memory_scaling="linear",
+    notes=_CUDA_UNMEASURED + "SDPBackend.EFFICIENT_ATTENTION forced: fp16/fp32/bf16, bool and float masks, Dk == Dq, "
+    "head dims aligned to 4 (fp32) or 8 (half); causal uses the top-left mask type.",
 )
 
-cuda_cudnn = TorchSDPA(
+cuda_cudnn = _forced(
     "torch-sdpa-cuda-cudnn",
-    _CUDA.replace(
-        dtypes=_HALF,
-        max_head_dim=128,
-        backend="cudnn",
-        memory_scaling="linear",
-        notes=_CUDA_UNMEASURED
-        + "SDPBackend.CUDNN_ATTENTION forced: fp16/bf16 on sm80+, head dims multiple of 8 and <= 128 "
-        "(256 on sm90/sm100 with new cuDNN), S > 1, dropout only in multiples of 1/16; torch calls "
-        "it non-deterministic.",
-    ),
-    device="cuda",
-    backend=SDPBackend.CUDNN_ATTENTION,
+    _CUDA,
+    SDPBackend.CUDNN_ATTENTION,
+    dtypes=_HALF,
+    max_head_dim=128,
+    memory_scaling="linear",
+    notes=_CUDA_UNMEASURED
+    + "SDPBackend.CUDNN_ATTENTION forced: fp16/bf16 on sm80+, head dims multiple of 8 and <= 128 "
+    "(256 on sm90/sm100 with new cuDNN), S > 1, dropout only in multiples of 1/16; torch calls "
+    "it non-deterministic.",
 )
