@@ -111,3 +111,10 @@ class HFAttention:
 def bias_tensor(bias: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
     """An additive mask that keeps the suite's bias exact: float64 for float64, else float32."""
     return torch.from_numpy(np.ascontiguousarray(bias, dtype=np.float64 if dtype == torch.float64 else np.float32))
+
+
+def bias_mask(bias: np.ndarray, attend: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
+    """A case's bias with the boolean mask folded in as ``-inf`` where ``attend`` is False: the one
+    additive ``attention_mask`` both adapters hand a case with a bias (declared ``masks_combined``)."""
+    bias = bias_tensor(bias, dtype)
+    return bias if attend is None else torch.where(attend, bias, float("-inf"))

@@ -52,8 +52,7 @@ def _attend(case: Case) -> torch.Tensor | None:
 def _attention_mask(case: Case, dtype: torch.dtype) -> torch.Tensor | None:
     attend = _attend(case)
     if case.bias is not None:
-        bias = _hf.bias_tensor(case.bias, dtype)
-        return bias if attend is None else torch.where(attend, bias, float("-inf"))
+        return _hf.bias_mask(case.bias, attend, dtype)
     if attend is None:
         return None
     return torch.where(attend, torch.zeros((), dtype=dtype), torch.finfo(dtype).min)  # masking_utils.eager_mask

@@ -37,8 +37,7 @@ def _load():
 def _attention_mask(case: Case, dtype: torch.dtype) -> torch.Tensor | None:
     attend = None if case.mask is None else torch.from_numpy(np.ascontiguousarray(~np.asarray(case.mask, dtype=bool)))
     if case.bias is not None:
-        bias = _hf.bias_tensor(case.bias, dtype)
-        return bias if attend is None else torch.where(attend, bias, float("-inf"))
+        return _hf.bias_mask(case.bias, attend, dtype)
     return attend
 
 
