@@ -1,4 +1,5 @@
-"""What the three keras adapters share: loading keras 3 and one backend's ``nn`` module, the layout.
+"""What the three keras adapters share: loading keras 3 and one backend's ``nn`` module, the layout,
+and what an adapter object needs besides its call (:class:`KerasAdapter`).
 
 keras picks ONE backend per process from ``KERAS_BACKEND`` (default ``tensorflow``), at its first
 import. The adapters do not need that global choice: each calls its backend's own module,
@@ -29,7 +30,7 @@ from types import ModuleType
 
 import numpy as np
 
-from conformance.contract import Case, NotApplicable
+from conformance.contract import Case, Declaration, NotApplicable
 
 KERAS_DTYPES = frozenset({"float32", "float16", "bfloat16"})
 
@@ -58,6 +59,30 @@ def version() -> str | None:
         return importlib.metadata.version("keras")
     except importlib.metadata.PackageNotFoundError:
         return None
+
+
+class KerasAdapter:
+    """What the three keras adapters share: the name and declaration they are built with, the version
+    line of their certificate, ``repr``, and why keras's backend cannot run here.
+
+    A subclass names ``framework`` (keras's backend, and the library it runs on: "numpy", "jax" or
+    "torch"), ``framework_version`` (that library's version) and ``load_error`` (the reason
+    :func:`load` gave for that backend, None when it loaded)."""
+
+    framework: str
+    framework_version: str | None
+    load_error: str | None
+
+    def __init__(self, name: str, declaration: Declaration) -> None:
+        self.name = name
+        self.declaration = declaration
+        self.version = f"keras {version()} ({self.framework} backend), {self.framework} {self.framework_version}"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+    def unavailable_reason(self) -> str | None:
+        return self.load_error
 
 
 def check_case(case: Case) -> None:

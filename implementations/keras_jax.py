@@ -61,24 +61,18 @@ def _is_compile_refusal(exc: Exception) -> bool:
     return "not supported" in text.lower() and ("UNIMPLEMENTED" in text or "Algorithm" in text or "precision" in text)
 
 
-class KerasJax:
+class KerasJax(_keras.KerasAdapter):
     """``keras.src.backend.jax.nn.dot_product_attention`` under ``jax.jit``."""
 
     framework = "jax"
+    framework_version = getattr(jax, "__version__", None)
+    load_error = _UNAVAILABLE
     # XLA compiles every new shape: the drawn clauses take their shapes from a few buckets (harness.cases.buckets).
     compiles_per_shape = True
 
     def __init__(self, name: str, declaration: Declaration) -> None:
-        self.name = name
-        self.declaration = declaration
-        self.version = f"keras {_keras.version()} (jax backend), jax {getattr(jax, '__version__', None)}"
+        super().__init__(name, declaration)
         self._jit = None
-
-    def __repr__(self) -> str:
-        return f"KerasJax({self.name!r})"
-
-    def unavailable_reason(self) -> str | None:
-        return _UNAVAILABLE
 
     def _jitted(self):
         if self._jit is None:

@@ -30,21 +30,12 @@ keras, _nn, _UNAVAILABLE = _keras.load("numpy")
 __all__ = ["KerasNumpy", "keras_numpy"]
 
 
-class KerasNumpy:
+class KerasNumpy(_keras.KerasAdapter):
     """``keras.src.backend.numpy.nn.dot_product_attention``."""
 
     framework = "numpy"
-
-    def __init__(self, name: str, declaration: Declaration) -> None:
-        self.name = name
-        self.declaration = declaration
-        self.version = f"keras {_keras.version()} (numpy backend), numpy {np.__version__}"
-
-    def __repr__(self) -> str:
-        return f"KerasNumpy({self.name!r})"
-
-    def unavailable_reason(self) -> str | None:
-        return _UNAVAILABLE
+    framework_version = np.__version__
+    load_error = _UNAVAILABLE
 
     def forward(self, case: Case) -> np.ndarray:
         _keras.check_case(case)

@@ -39,22 +39,16 @@ except ImportError:  # pragma: no cover - keras's torch backend imported torch a
 __all__ = ["KerasTorch", "keras_torch"]
 
 
-class KerasTorch:
+class KerasTorch(_keras.KerasAdapter):
     """``keras.src.backend.torch.nn.dot_product_attention`` on CPU tensors."""
 
     framework = "torch"
+    framework_version = getattr(torch, "__version__", None)
+    load_error = _UNAVAILABLE
 
     def __init__(self, name: str, declaration: Declaration) -> None:
-        self.name = name
-        self.declaration = declaration
-        self.version = f"keras {_keras.version()} (torch backend), torch {getattr(torch, '__version__', None)}"
+        super().__init__(name, declaration)
         self.combination_refusals: list[str] = []  # torch's refusals of keras's bias + is_causal call
-
-    def __repr__(self) -> str:
-        return f"KerasTorch({self.name!r})"
-
-    def unavailable_reason(self) -> str | None:
-        return _UNAVAILABLE
 
     def _call(self, case: Case, requires_grad: bool):
         _keras.check_case(case)
