@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from conformance.contract import Declaration
 from conformance.harness.cases.cells import FEATURES, SEP, SHAPE_CLASSES, admitted, cells_of, features_of
 from conformance.harness.records import coverage_tables
 from conformance.harness.run.report_channel import ReportChannel
@@ -52,17 +53,17 @@ def counts(config: pytest.Config) -> dict[str, Counter]:
     return CHANNEL.store(config)
 
 
+def _summary_lines(spec: str, decl: Declaration, reached: Counter) -> list[str]:
+    rec = coverage_tables.cells_table(reached, decl)
+    line = f"{spec}: {rec['reached']}/{rec['admitted']} admitted cells reached"
+    if rec["not_reached"]:
+        shown = "; ".join(rec["not_reached"][:4])
+        more = len(rec["not_reached"]) - 4
+        line += f"; never reached: {shown}"
+        if more > 0:
+            line += f"; ... and {more} more (--certificate lists all)"
+    return [line]
+
+
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    rows = CHANNEL.per_adapter(config)
-    if rows:
-        terminalreporter.section("sdpa-conformance case-space coverage")
-    for spec, decl, reached in rows:
-        rec = coverage_tables.cells_table(reached, decl)
-        line = f"{spec}: {rec['reached']}/{rec['admitted']} admitted cells reached"
-        if rec["not_reached"]:
-            shown = "; ".join(rec["not_reached"][:4])
-            more = len(rec["not_reached"]) - 4
-            line += f"; never reached: {shown}"
-            if more > 0:
-                line += f"; ... and {more} more (--certificate lists all)"
-        terminalreporter.write_line(line)
+    CHANNEL.write_summary(terminalreporter, config, "sdpa-conformance case-space coverage", _summary_lines)

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from conformance.contract import Case
+from conformance.contract import Case, Declaration
 from conformance.harness.cases.pairs_space import reached_values
 from conformance.harness.cases.profiles import profile_name
 from conformance.harness.records import coverage_tables
@@ -62,12 +62,14 @@ def records(config: pytest.Config) -> dict[str, list[dict[str, str]]]:
     return CHANNEL.store(config)
 
 
+def _summary_lines(spec: str, decl: Declaration, recs: list[dict[str, str]]) -> list[str]:
+    out = []
+    for t, rec in coverage_tables.pairs_table(recs, decl, strengths()).items():
+        out.append(f"{spec}: {coverage_tables.pairs_line(t, rec)}")
+        if t == "2":
+            out.append(f"    {coverage_tables.pairs_excluded_line(rec)}")
+    return out
+
+
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    rows = CHANNEL.per_adapter(config)
-    if rows:
-        terminalreporter.section("sdpa-conformance pair coverage")
-    for spec, decl, recs in rows:
-        for t, rec in coverage_tables.pairs_table(recs, decl, strengths()).items():
-            terminalreporter.write_line(f"{spec}: {coverage_tables.pairs_line(t, rec)}")
-            if t == "2":
-                terminalreporter.write_line(f"    {coverage_tables.pairs_excluded_line(rec)}")
+    CHANNEL.write_summary(terminalreporter, config, "sdpa-conformance pair coverage", _summary_lines)

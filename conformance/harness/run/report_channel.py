@@ -23,6 +23,7 @@ from conformance.harness.run import runstate
 
 Merge = Callable[[dict[str, Any], str, Any], None]  # (store, adapter spec, payload)
 Take = Callable[[Any], Any]  # the guarded adapter of a finished test -> its payload, or None for nothing
+Lines = Callable[[str, Any, Any], list[str]]  # (adapter spec, its declaration, merged payload) -> summary lines
 
 
 class ReportChannel:
@@ -69,9 +70,17 @@ class ReportChannel:
     def store(self, config: pytest.Config) -> dict[str, Any]:
         return config.stash.get(self._stash, {})
 
-    def per_adapter(self, config: pytest.Config) -> list[tuple[str, Any, Any]]:
-        """(spec, declaration, merged payload) of each usable adapter with payloads, for a summary
-        section; empty in an xdist worker (the controlling process reports)."""
+    def write_summary(self, terminalreporter: Any, config: pytest.Config, title: str, lines: Lines) -> None:
+        """A summary section ``title`` with ``lines(spec, declaration, payload)`` for each usable adapter
+        that sent payloads; nothing in an xdist worker (the controlling process reports)."""
+        rows = self._per_adapter(config)
+        if rows:
+            terminalreporter.section(title)
+        for spec, decl, payload in rows:
+            for line in lines(spec, decl, payload):
+                terminalreporter.write_line(line)
+
+    def _per_adapter(self, config: pytest.Config) -> list[tuple[str, Any, Any]]:
         state = runstate.get_state(config)
         if state is None or runstate.is_xdist_worker(config):
             return []
