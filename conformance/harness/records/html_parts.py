@@ -9,6 +9,8 @@ import re
 from html import escape
 from typing import Any
 
+# Every page carries this style inline; docs/certificate-numpy.html, a page written by a real run,
+# carries it too, and its clause tables repeat row for row (generated output, listed by duplicates).
 STYLE = """
 body { font-family: 'DejaVu Sans', Arial, sans-serif; margin: 24px auto; max-width: 1320px; color: #222; }
 h1 { font-size: 24px; margin-bottom: 4px; } h2 { font-size: 19px; margin-top: 30px;
