@@ -18,6 +18,9 @@ not use are not passed at all. ``dropout`` is off by default (FlashAttention's d
 own CUDA generator, which a case cannot seed); ``lse_empty`` defaults to the definition's ``-inf``,
 while FlashAttention 2's CUDA kernels write ``+inf`` there (``--declare lse_empty=+inf``), and FA2
 needs ``--declare requires_dk_eq_dv=true``.
+
+Longer than 250 lines because it is one translation, a Case into FlashAttention 2's arguments and
+its answers back, for the forward, the weights and the lse; split, the two directions would drift.
 """
 
 from __future__ import annotations

@@ -63,6 +63,9 @@ Variants (issue 12), passed through jax's own arguments and measured against the
 * no softcap, ALiBi, paged cache or appended keys: not applicable by declaration.
 
 ``cudnn`` is GPU only and not measured here (no GPU in the session that wrote it).
+
+Longer than 250 lines because each translation step above is needed by the forward, the VJP and
+the variants alike, and is written once here.
 """
 
 from __future__ import annotations

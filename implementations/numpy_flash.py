@@ -16,6 +16,9 @@ and answers in the same kind; with ``return_attn_probs=True`` it returns ``(out,
 see no key. It takes attention ``sinks`` [H] too (FlashInfer's / FA3's argument, not FA2's) and
 declares them. It has no dropout and no backward: certify it with ``--declare grad=false``, as the
 built-in ``numpy-flash-attn`` does.
+
+Longer than 250 lines because it stands in for FlashAttention's signatures, which share one tiled
+forward and one backward; split, the entry points would stop sharing them.
 """
 
 from __future__ import annotations

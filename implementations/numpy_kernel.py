@@ -17,6 +17,9 @@ Conventions: boolean mask True = blocked (the suite's own); all-blocked rows giv
 zero output and zero gradients; ``is_causal`` aligned top-left (configurable); GQA head h reads kv
 head h // (Hq // Hkv); dropout keeps each weight with probability 1 - p from a generator seeded by
 ``case.seed`` and scales kept weights by 1 / (1 - p).
+
+Longer than 250 lines because it is one kernel: the forward, the weights path and the backward walk
+the same key tiles with the same online-softmax step.
 """
 
 from __future__ import annotations

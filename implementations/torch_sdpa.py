@@ -48,6 +48,9 @@ declarations are read from torch's backend filters (aten/src/ATen/native/transfo
 sdp_utils.cpp: flash = fp16/bf16, no attn_mask, head dim <= 256 and Dk == Dv, no causal with
 T != S; efficient = fp16/fp32/bf16, masks allowed; cuDNN = fp16/bf16, head dim multiple of 8,
 dropout in steps of 1/16, not deterministic) and are re-measured by the CUDA declaration tests.
+
+Longer than 250 lines because every backend, CPU and CUDA, is the same adapter with one backend
+forced: the translation of a Case must be the same for all of them.
 """
 
 from __future__ import annotations
