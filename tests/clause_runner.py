@@ -6,9 +6,11 @@ the correct base kernel. A skip (not applicable) is neither a pass nor a kill an
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import pkgutil
+from collections.abc import Iterator
 
 import pytest
 
@@ -51,11 +53,31 @@ def by_the_guard(exc: BaseException) -> bool:
     return isinstance(exc, guards)
 
 
-def run_clause(info: ClauseInfo, adapter, dtype: str | None) -> str:
+@contextlib.contextmanager
+def _without_shrinking(func) -> Iterator[None]:
+    """A property clause run on a mutant only has to fail: the shrink phase that would make its
+    counterexample small is skipped (a fifth of test_clauses_bite's time). Hypothesis reads the
+    settings off the wrapped test at each call, and the examples it generates do not depend on the
+    phases, so the first failing example is the one a full run meets first."""
+    from hypothesis import Phase, settings
+
+    saved = getattr(func, "_hypothesis_internal_use_settings", None)
+    if saved is None:  # not a property clause
+        yield
+        return
+    func._hypothesis_internal_use_settings = settings(saved, phases=[p for p in saved.phases if p != Phase.shrink])
+    try:
+        yield
+    finally:
+        func._hypothesis_internal_use_settings = saved
+
+
+def run_clause(info: ClauseInfo, adapter, dtype: str | None, *, shrink: bool = True) -> str:
     """'passed', 'failed: <message>', 'failed (guard): <message>' or 'skipped: <reason>'.
 
     'failed (guard)' marks a failure raised by the guarded call rather than by the clause's checks
-    (see :func:`by_the_guard`); both start with 'failed'."""
+    (see :func:`by_the_guard`); both start with 'failed'. ``shrink=False`` reports the first failing
+    example of a property clause as it is (for kernels that are meant to fail)."""
     impl = GuardedAdapter(adapter, spec=getattr(adapter, "name", "adapter"), timeout=0)
     reasons = info.not_applicable_reasons(impl.declaration, dtype)  # the plugin's own applicability test
     if reasons:
@@ -64,7 +86,8 @@ def run_clause(info: ClauseInfo, adapter, dtype: str | None) -> str:
     if dtype is not None:
         kwargs["dtype"] = dtype
     try:
-        info.func(**kwargs)
+        with contextlib.nullcontext() if shrink else _without_shrinking(info.func):
+            info.func(**kwargs)
     except AssertionError as exc:
         return f"failed{' (guard)' if by_the_guard(exc) else ''}: {exc}"
     except BaseException as exc:

@@ -45,11 +45,12 @@ CORRECT = _correct_kernels()
 
 
 def verdict(clause_id: str, kernel: str, dtype: str | None) -> str:
-    """run_clause on a mutant or correct kernel, once per process."""
+    """run_clause on a mutant or correct kernel, once per process; a mutant's failure is not shrunk."""
     key = (clause_id, kernel, dtype)
     if key not in _VERDICTS:
-        factory = CORRECT[kernel] if kernel in CORRECT else MUTANTS[kernel]
-        _VERDICTS[key] = run_clause(CLAUSES[clause_id], factory(), dtype)
+        correct = kernel in CORRECT
+        factory = CORRECT[kernel] if correct else MUTANTS[kernel]
+        _VERDICTS[key] = run_clause(CLAUSES[clause_id], factory(), dtype, shrink=correct)
     return _VERDICTS[key]
 
 
