@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from conformance.contract import Case, Declaration
-from implementations._torch import qkv, to_numpy, to_torch
+from implementations._torch import manual_seed, qkv, to_numpy, to_torch
 
 
 def version() -> str:
@@ -92,7 +92,7 @@ class HFAttention:
         mask = self._attention_mask(case, q.dtype)
         if mask is not None and mask.ndim < 4:  # a model's masks are 4-D, [B, 1, T, S] (masking_utils)
             mask = mask.reshape((1,) * (4 - mask.ndim) + tuple(mask.shape))
-        torch.manual_seed(case.seed)
+        manual_seed(case.seed)
         out, _ = self._fn(module, q, k, v, mask, scaling=scaling, **kwargs)
         return out.transpose(1, 2)
 

@@ -115,10 +115,10 @@ class FlashAttnFunctionAdapter(TorchFunctionAdapter):
         return kwargs
 
     def _call(self, case: Case, q, k, v, want_lse: bool = False):
-        import torch
+        from implementations._torch import manual_seed
 
         kwargs = self._kwargs(case, want_lse)
-        torch.manual_seed(case.seed)
+        manual_seed(case.seed)
         return self.fn(q, k, v, **kwargs)
 
     @staticmethod
@@ -216,10 +216,10 @@ class FlashAttnVarlenFunctionAdapter(FlashAttnFunctionAdapter):
         return (q, k, v, cu_q, cu_k, int(tq.max(initial=0)), int(sk.max(initial=0))), tq, sk
 
     def _run(self, case: Case, args, want_lse: bool = False):
-        import torch
+        from implementations._torch import manual_seed
 
         kwargs = self._kwargs(case, want_lse)
-        torch.manual_seed(case.seed)
+        manual_seed(case.seed)
         return self.fn(*args, **kwargs)
 
     def forward(self, case: Case) -> np.ndarray:

@@ -68,9 +68,7 @@ class FunctionAdapter:
         return None
 
     def _invoke(self, case: Case, q, k, v, fold_causal: bool):
-        import torch
-
-        from implementations._torch import sdpa_kwargs
+        from implementations._torch import manual_seed, sdpa_kwargs
 
         decl = self.declaration
         kwargs = sdpa_kwargs(
@@ -83,7 +81,7 @@ class FunctionAdapter:
         )
         if self._accepts_gqa and "enable_gqa" not in kwargs:
             kwargs["enable_gqa"] = False
-        torch.manual_seed(case.seed)
+        manual_seed(case.seed)
         return self.fn(q, k, v, **kwargs)
 
     def _rejects_combination(self, exc: Exception) -> bool:

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from conformance.contract import Case, Declaration, capabilities
-from implementations._torch import qkv, to_numpy, to_torch
+from implementations._torch import manual_seed, qkv, to_numpy, to_torch
 
 
 def scaled_dot_product_attention(
@@ -98,7 +98,7 @@ class TorchEagerAdapter:
         return None if blocked is None else torch.from_numpy(np.ascontiguousarray(blocked))
 
     def _run(self, case: Case, q, k, v):
-        torch.manual_seed(case.seed)
+        manual_seed(case.seed)
         return scaled_dot_product_attention(
             q, k, v, blocked_mask=self._mask(case), dropout_p=case.dropout_p, training=case.dropout_p > 0
         )

@@ -20,8 +20,8 @@ Translation of a ``Case`` (why each step exists):
   adapter's error, not the kernel's.
 * ``enable_gqa=True`` is passed only when Hq != Hkv. Masks are passed with their own (broadcast)
   shape, not expanded: a kernel that mishandles broadcasting must be seen doing so.
-* dropout: ``torch.manual_seed(case.seed)`` before every call, so ``vjp`` (which re-runs the forward)
-  draws the same dropout mask as ``forward``.
+* dropout: the generators seeded with ``case.seed`` (``_torch.manual_seed``) before every call,
+  so ``vjp`` (which re-runs the forward) draws the same dropout mask as ``forward``.
 
 Measured on this build (torch 2.13.0+cpu, 2 threads; tests/test_adapter_declarations.py re-measures):
 
@@ -66,7 +66,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from conformance.contract import DTYPES, LOW_PRECISION, Case, Declaration, NotApplicable, capabilities
-from implementations._torch import TORCH_DTYPES, qkv, sdpa_kwargs, to_numpy, to_torch
+from implementations._torch import TORCH_DTYPES, manual_seed, qkv, sdpa_kwargs, to_numpy, to_torch
 
 __all__ = [
     "TorchSDPA",
@@ -194,7 +194,7 @@ class TorchSDPA:
     def forward(self, case: Case) -> np.ndarray:
         q, k, v = qkv(case, self.device)
         kwargs = sdpa_kwargs(case, self.device)
-        torch.manual_seed(case.seed)
+        manual_seed(case.seed)
         with torch.no_grad():
             out = self._run(q, k, v, kwargs)
         return to_numpy(out)
@@ -212,7 +212,7 @@ class TorchSDPA:
 
     def run(self, handle: tuple) -> torch.Tensor:
         (q, k, v), kwargs, seed = handle
-        torch.manual_seed(seed)
+        manual_seed(seed)
         with torch.no_grad():
             out = self._run(q, k, v, kwargs)
         self._sync()
@@ -228,7 +228,7 @@ class TorchSDPA:
 
     def run_backward(self, handle: tuple) -> tuple:
         (q, k, v), kwargs, seed, g = handle
-        torch.manual_seed(seed)
+        manual_seed(seed)
         with torch.enable_grad():
             out = self._run(q, k, v, kwargs)
             with self._context():
@@ -276,7 +276,7 @@ class TorchSDPA:
     def vjp(self, case: Case, grad_out: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         q, k, v = qkv(case, self.device, requires_grad=True)
         kwargs = sdpa_kwargs(case, self.device)
-        torch.manual_seed(case.seed)
+        manual_seed(case.seed)
         with torch.enable_grad():
             out = self._run(q, k, v, kwargs)
             g = to_torch(grad_out, self.device).to(out.dtype)
