@@ -106,6 +106,21 @@ def pytest_configure_node(node: Any) -> None:
     discovery_run.to_worker(node, node.config)
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    """pytest-xdist controller: resolve the built-ins as soon as a worker has collected clauses.
+
+    The verdicts and the summary need every adapter's declaration, and resolving the sixteen CPU
+    built-ins imports torch, jax, keras, transformers, mlx and onnxruntime (about 9 s). Done at the
+    end, that came after the last test, with both cores idle; done here, it overlaps the tests."""
+    state = get_state(node.config)
+    if state is None or state._resolved is not None:
+        return
+    clauses = _clause_dir()
+    if any((node.config.rootpath / i.split("::")[0]).resolve().is_relative_to(clauses) for i in ids):
+        state.resolved  # noqa: B018 - the property resolves and keeps every adapter
+
+
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
     """``--impl-list``: every adapter known here, whether it can run, and what it declares."""
     if not config.getoption(runstate.OPT_IMPL_LIST):

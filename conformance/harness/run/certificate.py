@@ -184,9 +184,7 @@ def build(config: pytest.Config) -> dict:
         entry["space_coverage"] = coverage_tables.cells_table(
             space_coverage.counts(config).get(spec, {}), impl.declaration
         )
-        entry["pair_coverage"] = coverage_tables.pairs_table(
-            pair_coverage.records(config).get(spec, []), impl.declaration, pair_coverage.strengths()
-        )
+        entry["pair_coverage"] = pair_coverage.table(config, spec, impl.declaration)
         entry["discovery"] = state.discovered.get(spec)  # --discover: what was measured, and the findings
         entry["likely_causes"] = _likely_causes(state.results, spec)  # issue 18: failures grouped by cause
         doc["adapters"][spec] = entry

@@ -8,8 +8,7 @@ the test's report (``user_properties``, JSON: one dict of classes per case), and
 process sums them, so a pytest-xdist run counts the same tuples as a serial one. What is admitted and
 excluded comes from the plan (``harness.cases.covering.plan``), a function of the declaration alone.
 
-Registered as a sub-plugin by ``conformance.harness.plugin``; the certificate calls :func:`table` and
-:func:`render_markdown`.
+Registered as a sub-plugin by ``conformance.harness.plugin``; the certificate calls :func:`table`.
 """
 
 from __future__ import annotations
@@ -41,30 +40,47 @@ def record(impl: Any, case: Case, direction: str, planned: dict[str, str]) -> No
     store.append(reached_values(case, direction, planned))
 
 
-def _merge(store: dict[str, list], impl: str, recs: list[dict[str, str]]) -> None:
-    store.setdefault(impl, []).extend(recs)
+PLANS_SENT = "covering_plans_sent"  # set on the guarded adapter once its plans went into a report
 
 
-def _take(impl: Any) -> list[dict[str, str]] | None:
+def _merge(store: dict[str, dict[str, Any]], impl: str, payload: dict[str, Any]) -> None:
+    entry = store.setdefault(impl, {"recs": [], "plans": {}})
+    entry["recs"].extend(payload["recs"])
+    entry["plans"].update(payload.get("plans", {}))
+
+
+def _take(impl: Any) -> dict[str, Any] | None:
+    """The records since the last report; with the first of them, the plans they are counted against
+    (computed already by the covering clause that produced the records: ``covering.plan`` is cached)."""
     recs = getattr(impl, ATTR, None)
     if not recs:
         return None
-    out = list(recs)
+    out: dict[str, Any] = {"recs": list(recs)}
     recs.clear()
+    if not getattr(impl, PLANS_SENT, False):
+        setattr(impl, PLANS_SENT, True)
+        out["plans"] = {str(t): coverage_tables.plan_summary(impl.declaration, t) for t in strengths()}
     return out
 
 
 CHANNEL = ReportChannel("sdpa_conformance_pairs", _merge, _take)  # registered by harness/plugin.py
 
 
-def records(config: pytest.Config) -> dict[str, list[dict[str, str]]]:
-    """spec -> the value-class records of every case that reached the kernel (controlling process)."""
+def records(config: pytest.Config) -> dict[str, dict[str, Any]]:
+    """spec -> {"recs": the value-class records of every case that reached the kernel, "plans": the
+    plan summaries a worker sent (harness.records.coverage_tables.plan_summary)} (controlling process)."""
     return CHANNEL.store(config)
 
 
-def _summary_lines(spec: str, decl: Declaration, recs: list[dict[str, str]]) -> list[str]:
+def table(config: pytest.Config, spec: str, decl: Declaration) -> dict[str, Any]:
+    """The coverage record of ``spec`` for the certificate and the summary."""
+    entry = records(config).get(spec, {})
+    return coverage_tables.pairs_table(entry.get("recs", []), decl, strengths(), entry.get("plans"))
+
+
+def _summary_lines(spec: str, decl: Declaration, entry: dict[str, Any]) -> list[str]:
     out = []
-    for t, rec in coverage_tables.pairs_table(recs, decl, strengths()).items():
+    for t, rec in coverage_tables.pairs_table(entry["recs"], decl, strengths(), entry["plans"]).items():
         out.append(f"{spec}: {coverage_tables.pairs_line(t, rec)}")
         if t == "2":
             out.append(f"    {coverage_tables.pairs_excluded_line(rec)}")
