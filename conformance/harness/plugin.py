@@ -80,6 +80,8 @@ def pytest_configure(config: pytest.Config) -> None:
         specs = list(registry.builtin_names())
     state = State(specs, explicit, declare, overrides, config.getoption(runstate.OPT_CALL_TIMEOUT), profile)
     config.stash[runstate.STATE_KEY] = state
+    if not explicit and not runstate.is_xdist_worker(config):
+        config.pluginmanager.register(_ResolveWhileTestsRun(config))
     if config.getoption(runstate.OPT_DISCOVER) and not explicit:
         raise pytest.UsageError("--discover needs --impl: discovery measures one named kernel")
     if config.getoption(runstate.OPT_IMPL_LIST) or not explicit:
@@ -106,19 +108,27 @@ def pytest_configure_node(node: Any) -> None:
     discovery_run.to_worker(node, node.config)
 
 
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
-    """pytest-xdist controller: resolve the built-ins as soon as a worker has collected clauses.
+class _ResolveWhileTestsRun:
+    """pytest-xdist controller: resolve the built-ins when the first clause test has reported.
 
     The verdicts and the summary need every adapter's declaration, and resolving the sixteen CPU
     built-ins imports torch, jax, keras, transformers, mlx and onnxruntime (about 9 s). Done at the
-    end, that came after the last test, with both cores idle; done here, it overlaps the tests."""
-    state = get_state(node.config)
-    if state is None or state._resolved is not None:
-        return
-    clauses = _clause_dir()
-    if any((node.config.rootpath / i.split("::")[0]).resolve().is_relative_to(clauses) for i in ids):
-        state.resolved  # noqa: B018 - the property resolves and keeps every adapter
+    end of the run, that came after the last test with both cores idle; done when the workers have
+    collected, it held back their first tests. Once a clause test has reported, the workers have
+    their tests queued and run on while the controlling process imports."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        state = get_state(self.config)
+        if state is None or state._resolved is not None:
+            self.config.pluginmanager.unregister(self)
+            return
+        path = (self.config.rootpath / report.nodeid.split("::")[0]).resolve()
+        if path.is_relative_to(_clause_dir()):
+            state.resolved  # noqa: B018 - the property resolves and keeps every adapter
+            self.config.pluginmanager.unregister(self)
 
 
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
