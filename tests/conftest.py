@@ -11,7 +11,7 @@ load_clauses()
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """About sixty self-tests start a Python child (a certification, the matrix command, a perf
+    """Dozens of self-tests start a Python child (a certification, the matrix command, a perf
     worker), and each child compiled the package and the rewritten test modules afresh when the
     environment says PYTHONDONTWRITEBYTECODE (this machine's does): 1.4 s of every child's start.
     The self-test session lets its children, and itself, keep bytecode caches (in the git-ignored

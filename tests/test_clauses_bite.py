@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.clause_runner import dtypes_for, load_clauses, run_clause
+from tests.clause_runner import NOT_IN_CI, dtypes_for, load_clauses, run_clause
 from tests.mutants import MUTANTS
 
 CLAUSES = load_clauses()
@@ -70,8 +70,7 @@ def test_clause_kills_mutant(clause_id, kill):
 # at S = 2048 in a fresh worker process). They call the forward only, so on the dropout, gradient and
 # batch-invariant bases (``base`` plus features those clauses never use) the same code runs again;
 # ``base`` and ``base-variants`` (the other causal alignment) keep the no-false-alarm check.
-_FORWARD_ONLY = ("conformance.clauses.test_long_sequence", "conformance.clauses.test_perf")
-_LONG = {c for c, info in CLAUSES.items() if info.func.__module__ in _FORWARD_ONLY}
+_LONG = {c for c, info in CLAUSES.items() if info.func.__module__ in NOT_IN_CI}
 _LONG_KERNELS = {"base", "base-variants"}
 PASS_PAIRS = [(c, k) for c in sorted(CLAUSES) for k in sorted(CORRECT) if c not in _LONG or k in _LONG_KERNELS]
 

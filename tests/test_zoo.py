@@ -36,7 +36,7 @@ from conformance import oracle
 from conformance.contract import DTYPES
 from conformance.harness.cases.build import random_case
 from conformance.harness.run import runstate
-from tests.clause_runner import dtypes_for, load_clauses, run_clause
+from tests.clause_runner import LONG_SEQUENCE, NOT_IN_CI, PERF, dtypes_for, load_clauses, run_clause
 from tests.zoo_kernels import ZOO
 from tests.zoo_more import MORE
 from tests.zoo_more2 import MORE2, NOT_ADMITTED2, OPEN
@@ -46,17 +46,14 @@ CLAUSES = load_clauses()
 HELD_OUT = {**MORE, **MORE2}
 
 
-# Clause modules a ci-profile certification reports as "not in profile" (long sequences: thorough;
-# performance: --conformance-perf). clause_runner calls the clause itself, past that gate: the
-# default run gives each dtype of a long-sequence clause to one of the eight zoo kernels (dealt round
-# robin) instead of all eight (counted: 104 clause calls -> 13; the oracle's side of a long case is
-# cached per case, so the saving is the kernels' own long-sequence time), and none to the held-out
-# kernels. The performance clauses measure memory and which backend ran, not the numbers the zoo
-# controls for, and a zoo kernel's Python tile loop at S = 2048 cost 11 s of the default run: in the
-# ci profile they run on the correct bases of test_clauses_bite only. --conformance-profile=thorough
-# runs every zoo kernel on all of them.
-NOT_IN_CI = ("conformance.clauses.test_long_sequence", "conformance.clauses.test_perf")
-PERF = "conformance.clauses.test_perf"
+# The clause modules a ci-profile certification leaves out (clause_runner.NOT_IN_CI): clause_runner
+# calls the clause itself, past that gate. The default run gives each dtype of a long-sequence clause
+# to one of the eight zoo kernels (dealt round robin) instead of all eight (counted: 104 clause calls
+# -> 13; the oracle's side of a long case is cached per case, so the saving is the kernels' own
+# long-sequence time), and none to the held-out kernels. The performance clauses measure memory and
+# which backend ran, not the numbers the zoo controls for, and a zoo kernel's Python tile loop at
+# S = 2048 cost 11 s of the default run: in the ci profile they run on the correct bases of
+# test_clauses_bite only. --conformance-profile=thorough runs every zoo kernel on all of them.
 
 
 @pytest.mark.parametrize("clause_id", sorted(CLAUSES))
@@ -66,7 +63,7 @@ def test_zoo_kernel_passes(request, kernel, clause_id):
     dtypes = dtypes_for(info)
     if info.func.__module__ == PERF and not _thorough(request):
         pytest.skip(f"not in profile: {clause_id} runs on the zoo kernels with --conformance-profile=thorough")
-    if info.func.__module__ in NOT_IN_CI and not _thorough(request):
+    if info.func.__module__ == LONG_SEQUENCE and not _thorough(request):
         start, names = sorted(CLAUSES).index(clause_id), sorted(ZOO)
         dtypes = [d for i, d in enumerate(dtypes) if names[(start + i) % len(names)] == kernel]
         if not dtypes:

@@ -12,6 +12,8 @@ are not clauses.
 
 from __future__ import annotations
 
+import functools
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -125,8 +127,7 @@ class _ResolveWhileTestsRun:
         if state is None or state._resolved is not None:
             self.config.pluginmanager.unregister(self)
             return
-        path = (self.config.rootpath / report.nodeid.split("::")[0]).resolve()
-        if path.is_relative_to(_clause_dir()):
+        if _in_clause_package(self.config.rootpath / report.nodeid.split("::")[0]):
             state.resolved  # noqa: B018 - the property resolves and keeps every adapter
             self.config.pluginmanager.unregister(self)
 
@@ -146,22 +147,26 @@ def pytest_ignore_collect(collection_path: Any, config: pytest.Config) -> bool |
     `pytest tests` still runs them; the clause package is never ignored."""
     if not summary.certifying_from_testpaths(config):
         return None
-    clauses = _clause_dir()
-    if collection_path.is_relative_to(clauses) or clauses.is_relative_to(collection_path):
+    if _in_clause_package(collection_path) or _clause_dir().is_relative_to(collection_path):
         return None  # the clause package, what is in it, or a folder above it
     return True if collection_path.is_relative_to(config.rootpath) else None
 
 
-def _clause_dir() -> Any:
-    """The clause package's folder, found by name (as pytest finds it) without importing it here."""
+@functools.cache
+def _clause_dir() -> Path:
+    """The clause package's folder, found by name (as pytest finds it) without importing it here;
+    looked up once (it is asked for every collected path and every report until a clause reports)."""
     import importlib.util
-    from pathlib import Path
 
     from conformance.harness.spec.clause import CLAUSE_PACKAGE
 
     spec = importlib.util.find_spec(CLAUSE_PACKAGE)
     assert spec is not None and spec.origin is not None, CLAUSE_PACKAGE
     return Path(spec.origin).resolve().parent
+
+
+def _in_clause_package(path: Path) -> bool:
+    return path.resolve().is_relative_to(_clause_dir())
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

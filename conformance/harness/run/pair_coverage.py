@@ -73,14 +73,17 @@ def records(config: pytest.Config) -> dict[str, dict[str, Any]]:
 
 
 def table(config: pytest.Config, spec: str, decl: Declaration) -> dict[str, Any]:
-    """The coverage record of ``spec`` for the certificate and the summary."""
-    entry = records(config).get(spec, {})
+    """The coverage record of ``spec`` for the certificate."""
+    return _table(records(config).get(spec, {}), decl)
+
+
+def _table(entry: dict[str, Any], decl: Declaration) -> dict[str, Any]:
     return coverage_tables.pairs_table(entry.get("recs", []), decl, strengths(), entry.get("plans"))
 
 
 def _summary_lines(spec: str, decl: Declaration, entry: dict[str, Any]) -> list[str]:
     out = []
-    for t, rec in coverage_tables.pairs_table(entry["recs"], decl, strengths(), entry["plans"]).items():
+    for t, rec in _table(entry, decl).items():
         out.append(f"{spec}: {coverage_tables.pairs_line(t, rec)}")
         if t == "2":
             out.append(f"    {coverage_tables.pairs_excluded_line(rec)}")
