@@ -72,6 +72,35 @@ LseEmpty = Literal["-inf", "+inf", "large-negative"]
 # row that sees no key; the suite accepts any value at or below this bound there (or -inf).
 LSE_LARGE_NEGATIVE_MAX = -1e30
 MeanVKeys = Literal["sequence", "buffer"]
+# Formulations (conformance/oracle_formulations.py): what a kernel computes where the spec's 000 §8
+# upcasts. ``float32_computed_as``: the format the operands of both products (Q, K; P, V) of a
+# float32 case are rounded to before a float32-accumulated product (TF32 tensor cores, an inference
+# runtime's bfloat16 "fast math"). ``float16_computed_as`` / ``bfloat16_computed_as``: "float32", the
+# spec's upcast; "<dtype>-products", the product Q K^T rounded to the input dtype (accumulated in
+# float32; past the dtype's range it is +-inf), scale, mask and softmax in float32 afterwards, P
+# rounded to the input dtype for P V; "<dtype>-scores", the scores formed in the input dtype: the
+# product rounded, then scaled in the input dtype (rounded again) and a fill added there.
+Float32ComputedAs = Literal["float32", "tf32", "bfloat16", "float16"]
+FLOAT32_FORMATS: tuple[str, ...] = ("float32", "tf32", "bfloat16", "float16")
+Float16ComputedAs = Literal["float32", "float16-products", "float16-scores"]
+Bfloat16ComputedAs = Literal["float32", "bfloat16-products", "bfloat16-scores"]
+LOWP_COMPUTED_AS: dict[str, tuple[str, ...]] = {
+    "float16": ("float32", "float16-products", "float16-scores"),
+    "bfloat16": ("float32", "bfloat16-products", "bfloat16-scores"),
+}
+# Where the scale multiplies: "scores", the spec's (the scores, in the compute precision, after any
+# rounding of the product); "product", inside the product (a GEMM's alpha: with a low-precision
+# product it is the *scaled* product that is rounded); "query", Q times the scale rounded to the
+# input dtype before the product (the scale itself may be a number of that dtype).
+ScaleApplied = Literal["scores", "product", "query"]
+SCALE_APPLIED: tuple[str, ...] = ("scores", "product", "query")
+# The fill of blocked keys (the boolean mask's and causal's; an additive mask's -inf stays -inf):
+# "-inf", the spec's; or "set:F" (the score replaced by F, jnp.where) or "add:F" (F added to the
+# score, an additive 0 / F mask), F one of "min" (the input dtype's lowest number; float64's
+# overflows the float32 softmax of a kernel that declares float64_computed_as=float32), "-0.7max"
+# (-0.7 x the input dtype's largest, capped at float32's range: keras, XLA), "-0.7max-float32"
+# (-0.7 x float32's largest whatever the input: logits formed in float32), or a number ("-1e4").
+BLOCKED_FILL_NAMES: tuple[str, ...] = ("min", "-0.7max", "-0.7max-float32")
 # The all-blocked policy name a varlen case gets from a kernel whose mean-v fill averages the whole
 # padded key buffer (Declaration.mean_v_keys="buffer"); only the variant oracle knows it.
 MEAN_V_BUFFER = "mean-v-buffer"
@@ -316,6 +345,17 @@ class Declaration:
     all_blocked: AllBlockedPolicy = "zeros"
     all_blocked_float_mask: AllBlockedPolicy | None = None
     float64_computed_as: Literal["float64", "float32"] = "float64"
+    # Formulations that depart from 000 §8's upcast and -inf (see the Literal types above and
+    # conformance/oracle_formulations.py): each a listed deviation (harness.records.deviations), under
+    # which a case is judged against the oracle re-run with the formulation's roundings and fill.
+    float32_computed_as: Float32ComputedAs = "float32"
+    float16_computed_as: Float16ComputedAs = "float32"
+    bfloat16_computed_as: Bfloat16ComputedAs = "float32"
+    scale_applied: ScaleApplied = "scores"
+    blocked_fill: str = "-inf"
+    # Merges of partial results whose error is relative to the output's norm, not to each weight
+    # (ring attention's out -= sigmoid(lse_b - lse) (out - out_b): one per ring step after the first).
+    normwise_merges: int = 0
     mask_sense: MaskSense = "blocked"
     max_head_dim: int | None = None
     requires_dk_eq_dv: bool = False
@@ -377,6 +417,7 @@ class Declaration:
             raise ValueError(f"all_blocked_float_mask={self.all_blocked_float_mask!r}; one of {ALL_BLOCKED_POLICIES}")
         if self.float64_computed_as not in ("float64", "float32"):
             raise ValueError(f"float64_computed_as={self.float64_computed_as!r}; 'float64' or 'float32'")
+        self._check_formulations()
         if self.causal_alignment not in CAUSAL_ALIGNMENTS:
             raise ValueError(f"causal_alignment={self.causal_alignment!r}; one of {CAUSAL_ALIGNMENTS}")
         if self.mask_sense not in ("blocked", "attend"):
@@ -392,6 +433,25 @@ class Declaration:
         if self.backend is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:+/-]*", self.backend):
             raise ValueError(f"backend={self.backend!r}: a kernel name such as flash, math, cudnn or xla")
         self._normalise_rejects_with()
+
+    def _check_formulations(self) -> None:
+        if self.float32_computed_as not in FLOAT32_FORMATS:
+            raise ValueError(f"float32_computed_as={self.float32_computed_as!r}; one of {FLOAT32_FORMATS}")
+        for dtype, allowed in LOWP_COMPUTED_AS.items():
+            value = getattr(self, f"{dtype}_computed_as")
+            if value not in allowed:
+                raise ValueError(f"{dtype}_computed_as={value!r}; one of {allowed}")
+        if self.scale_applied not in SCALE_APPLIED:
+            raise ValueError(f"scale_applied={self.scale_applied!r}; one of {SCALE_APPLIED}")
+        parse_fill(self.blocked_fill)
+        if not isinstance(self.normwise_merges, int) or self.normwise_merges < 0:
+            raise ValueError(f"normwise_merges={self.normwise_merges!r}; a count >= 0")
+
+    def computed_as(self, dtype: str) -> str:
+        """The declared formulation of ``dtype``'s precision: float64 -> float64 or float32, float32 ->
+        its operand format, float16 / bfloat16 -> float32 (the upcast) or a ``-products`` /
+        ``-scores`` formulation."""
+        return getattr(self, f"{dtype}_computed_as")
 
     def _normalise_rejects_with(self) -> None:
         """``rejects_with`` as a frozenset of class names; a comma-separated string is accepted.
@@ -488,6 +548,27 @@ class Declaration:
         if form is not None and form.append and not self.kv_append:
             reasons.append("declares no appending to the KV cache (kv_append)")
         return reasons
+
+
+def parse_fill(text: str) -> tuple[str, str] | None:
+    """``Declaration.blocked_fill`` as (mode, value): None for "-inf"; ("set" | "add", value) with value
+    one of :data:`BLOCKED_FILL_NAMES` or a finite negative number's text. ValueError otherwise."""
+    if text == "-inf":
+        return None
+    mode, sep, value = str(text).partition(":")
+    if sep and mode in ("set", "add"):
+        if value in BLOCKED_FILL_NAMES:
+            return mode, value
+        try:
+            number = float(value)
+        except ValueError:
+            number = math.nan
+        if math.isfinite(number) and number < 0:
+            return mode, value
+    raise ValueError(
+        f"blocked_fill={text!r}: '-inf', or 'set:F' / 'add:F' with F one of "
+        f"{', '.join(BLOCKED_FILL_NAMES)} or a finite negative number such as -1e4"
+    )
 
 
 def capabilities(

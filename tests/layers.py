@@ -34,6 +34,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("conformance.harness.spec",),
     ("conformance.fixtures",),
     ("conformance.oracle_variants",),
+    ("conformance.oracle_formulations",),
     ("conformance.oracle",),
     ("conformance.contract",),
     ("conformance",),  # the package itself: __version__ and SPEC_REVISION, no imports

@@ -69,12 +69,13 @@ def test_upcast_before_product(impl, dtype):
         impl.require(case)
         out = impl.forward(case)
         o = np.asarray(out, dtype=np.float64)
-        if not np.all(np.isfinite(o)):
+        decl = impl.declaration
+        want = compare.expected(case, decl).out  # finite, unless a declared formulation overflows
+        if not np.all(np.isfinite(o)[np.isfinite(want)]):
             fail(
                 f"{int((~np.isfinite(o)).sum())} of {o.size} outputs are not finite: raw q.k reaches "
                 f"{float(np.max(case.query.astype(np.float64) @ np.swapaxes(case.key.astype(np.float64), -1, -2))):.6g} "
                 "(float16 max 65504); the product must be formed after upcasting",
                 case,
             )
-        decl = impl.declaration
-        compare.assert_close(out, compare.expected(case, decl).out, case=case, decl=decl)
+        compare.assert_close(out, want, case=case, decl=decl)

@@ -22,6 +22,7 @@ from conformance.harness.judge.expected import (
     case_key,
     expected,
     expected_vjp,
+    formulation,
     grad_allowance,
     output_allowance,
     pair_allowance,
@@ -40,6 +41,8 @@ __all__ = [
     "case_key",
     "expected",
     "expected_vjp",
+    "formulated",
+    "formulation",
     "grad_allowance",
     "observing",
     "output_allowance",
@@ -102,11 +105,22 @@ def _must_be_finite(allowed: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(allowed), allowed, np.finfo(np.float64).max)
 
 
+def formulated(case: Case, decl: Declaration) -> bool:
+    """True when ``decl`` declares a formulation that changes the oracle's answer for ``case``
+    (conformance.oracle_formulations): a clause with an answer of its own (a stored fixture, the
+    blocked oracle of a long sequence) then compares with :func:`expected` instead."""
+    f = formulation(case, decl)
+    return f is not None and f.changes_oracle
+
+
 def _rule(case: Case, decl: Declaration, what: str) -> str:
     rule_dtype = decl.tolerance_dtype(case)
     rule = tolerance.describe(rule_dtype, what)
     if rule_dtype != case.dtype:
         rule += f" (the kernel declares float64 computed as {rule_dtype})"
+    f = formulation(case, decl)
+    if f is not None:
+        rule += f"; the oracle and the model under the declared formulation ({f.describe()})"
     return rule
 
 

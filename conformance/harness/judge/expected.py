@@ -19,10 +19,10 @@ from collections import OrderedDict
 
 import numpy as np
 
-from conformance import oracle, oracle_variants
+from conformance import oracle, oracle_formulations, oracle_variants
 from conformance.contract import Case, Declaration
 from conformance.harness.calls.probes import probe_case
-from conformance.harness.judge import ensemble, tolerance
+from conformance.harness.judge import ensemble, formulation_error, tolerance
 
 _DEFAULT = Declaration()
 _CACHE: OrderedDict[tuple, object] = OrderedDict()
@@ -47,8 +47,17 @@ def case_key(case: Case) -> str:
     return h.hexdigest()
 
 
-def _cached(kind: str, case: Case, decl: Declaration, compute):
+def formulation(case: Case, decl: Declaration) -> oracle_formulations.Formulation | None:
+    """The formulation ``decl`` declares for ``case`` (None: the spec's oracle and error model judge it)."""
+    return oracle_formulations.formulation(case, decl)
+
+
+def _cached(kind: str, case: Case, decl: Declaration, compute, spec: bool = False):
+    """``compute()`` cached per case and the declaration's conventions (``spec``: the spec's
+    formulation even where ``decl`` declares another: the ensemble's reference)."""
+    f = None if spec else formulation(case, decl)
     key = (kind, case_key(case), decl.all_blocked_policy(case), decl.causal_alignment, decl.tolerance_dtype(case))
+    key += (f.key() + (decl.all_blocked, decl.all_blocked_float_mask, decl.masks_combined),) if f else ()
     if key in _CACHE:
         _CACHE.move_to_end(key)
         return _CACHE[key]
@@ -69,9 +78,16 @@ def _work_dtype(case: Case, decl: Declaration) -> str | None:
 
 def expected(case: Case, decl: Declaration) -> oracle.Forward:
     """The oracle's forward for ``case`` under ``decl``'s conventions (a variant case: the variant
-    oracle's, whose result also carries the lse)."""
+    oracle's, whose result also carries the lse; a declared formulation: the oracle re-run under it)."""
+    f = formulation(case, decl)
+    if f is not None and f.changes_oracle:
+        return _cached("ffwd", case, decl, lambda: oracle_formulations.forward(case, f, decl))
+    return _spec_expected(case, decl)
+
+
+def _spec_expected(case: Case, decl: Declaration) -> oracle.Forward:
     fwd = oracle_variants.forward if case.has_variant else oracle.forward
-    return _cached("fwd", case, decl, lambda: fwd(case, **_conventions(case, decl)))
+    return _cached("fwd", case, decl, lambda: fwd(case, **_conventions(case, decl)), spec=True)
 
 
 def _lowered(case: Case, decl: Declaration) -> Case:
@@ -83,8 +99,13 @@ def _lowered(case: Case, decl: Declaration) -> Case:
 
 def _row_model(case: Case, decl: Declaration) -> tolerance.RowModel:
     def compute():
-        prec = tolerance.precision(case.dtype, decl.tolerance_dtype(case))
-        return tolerance.row_model(case, expected(case, decl), prec)
+        f = formulation(case, decl)
+        if f is None:
+            prec = tolerance.precision(case.dtype, decl.tolerance_dtype(case))
+            return tolerance.row_model(case, expected(case, decl), prec)
+        prec = formulation_error.precision(case, decl, f)
+        err, size = formulation_error.score_error(case, decl, f, prec)
+        return tolerance.row_model(case, expected(case, decl), prec, err, size)
 
     return _cached("rows", case, decl, compute)
 
@@ -103,7 +124,7 @@ def output_allowance(case: Case, decl: Declaration | None = None) -> np.ndarray:
 
     def compute():
         members = ensemble.forward_members(case, work_dtype=_work_dtype(case, decl), **_conventions(case, decl))
-        spread = tolerance.ensemble_error(list(members.values()), expected(case, decl).out)
+        spread = tolerance.ensemble_error(list(members.values()), _spec_expected(case, decl).out)
         return tolerance.combine(_output_bound(case, decl), spread)
 
     return _cached("oallow", case, decl, compute)
@@ -118,7 +139,7 @@ def weights_allowance(case: Case, decl: Declaration | None = None) -> np.ndarray
     def compute():
         probe = probe_case(case)
         members = ensemble.forward_members(probe, work_dtype=_work_dtype(case, decl), **_conventions(case, decl))
-        want = expected(case, decl).weights
+        want = _spec_expected(case, decl).weights
         spread = tolerance.ensemble_error([m[..., : case.S] for m in members.values()], want)
         return tolerance.combine(tolerance.weights_bound(_row_model(case, decl)), spread)
 
@@ -135,7 +156,7 @@ def grad_allowance(
 
     def compute():
         fwd = expected(case, decl)
-        want = expected_vjp(case, grad_out, decl)
+        want = _spec_vjp(case, grad_out, decl)
         bounds = tolerance.grad_bound(case, fwd, _row_model(case, decl), _output_bound(case, decl), grad_out)
         members = ensemble.backward_members(
             case, grad_out, work_dtype=_work_dtype(case, decl), **_conventions(case, decl)
@@ -164,14 +185,39 @@ def expected_vjp(case: Case, grad_out: np.ndarray, decl: Declaration) -> tuple[n
     """The oracle's (dQ, dK, dV) for ``case`` and cotangent ``grad_out`` under ``decl``'s conventions."""
     if case.has_variant:
         return expected_vjp(_lowered_for_grad(case, decl), grad_out, decl)
+    f = formulation(case, decl)
+    if f is not None and f.changes_oracle:
+        return _cached(
+            "fvjp:" + _digest(grad_out), case, decl, lambda: oracle_formulations.vjp(case, grad_out, f, decl)
+        )
+    return _spec_vjp(case, grad_out, decl)
+
+
+def _spec_vjp(case: Case, grad_out: np.ndarray, decl: Declaration) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return _cached(
-        "vjp:" + _digest(grad_out), case, decl, lambda: oracle.vjp(case, grad_out, **_conventions(case, decl))
+        "vjp:" + _digest(grad_out),
+        case,
+        decl,
+        lambda: oracle.vjp(case, grad_out, **_conventions(case, decl)),
+        spec=True,
     )
 
 
 def pair_allowance(case: Case, other: Case, decl: Declaration | None = None) -> np.ndarray:
     """The allowance between the kernel's outputs on two cases with the same exact answer: the sum
     of their output allowances (each output may carry one allowance of error, and the triangle
-    inequality through the exact answer adds them)."""
+    inequality through the exact answer adds them), and under a declared formulation the distance
+    between its two answers."""
     decl = decl or _DEFAULT
-    return output_allowance(case, decl) + output_allowance(other, decl)
+    allowed = output_allowance(case, decl) + output_allowance(other, decl)
+    if _formulated(case, decl) or _formulated(other, decl):
+        # a declared formulation keeps the relation only up to its own roundings, which the oracle
+        # re-run under it gives exactly: the two answers' distance joins the triangle inequality
+        gap = np.abs(expected(case, decl).out - expected(other, decl).out)
+        allowed = allowed + np.where(np.isnan(gap), 0.0, gap)
+    return allowed
+
+
+def _formulated(case: Case, decl: Declaration) -> bool:
+    f = formulation(case, decl)
+    return f is not None and f.changes_oracle

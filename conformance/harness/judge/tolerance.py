@@ -111,6 +111,17 @@ class Precision:
     eta: float
     u_b: float  # rounding of the additive mask
     inputs_rounded: bool  # float64 inputs computed in float32
+    # A declared formulation's extra roundings (harness.judge.formulation_error; defaults: none):
+    # u_p, eta_p: P and dS rounded for their products (TF32, bfloat16 operands of a float32 case);
+    # dp_rounded: dP = dO V^T stored in the working dtype (a backward through low-precision products);
+    # ds_roundings, dq_roundings: further roundings of dS (a scale applied in the working dtype) and
+    # of dQ (Q scaled in it); merges: normwise merges, each an absolute 3 u_a max|v| on the output.
+    u_p: float | None = None
+    eta_p: float | None = None
+    dp_rounded: bool = False
+    ds_roundings: int = 1
+    dq_roundings: int = 1
+    merges: int = 0
 
     def gamma(self, n: np.ndarray | float) -> np.ndarray | float:
         nu = np.asarray(n, dtype=np.float64) * self.u_a
@@ -121,6 +132,19 @@ class Precision:
         u_w relative, or eta absolute where the value is subnormal there."""
         with np.errstate(invalid="ignore", over="ignore"):
             return np.maximum(self.u_w * magnitude, self.eta)
+
+    @property
+    def p(self) -> float:
+        """The unit roundoff of P and dS where they are rounded for a product (u_w unless declared)."""
+        return self.u_w if self.u_p is None else self.u_p
+
+    @property
+    def eta_of_p(self) -> float:
+        return self.eta if self.eta_p is None else self.eta_p
+
+    def p_rounding(self, magnitude: np.ndarray) -> np.ndarray:
+        with np.errstate(invalid="ignore", over="ignore"):
+            return np.maximum(self.p * magnitude, self.eta_of_p)
 
 
 def precision(case_dtype: str, rule_dtype: str) -> Precision:
@@ -155,7 +179,17 @@ class RowModel:
     eps: np.ndarray  # [B, Hq, T] exponent error bound
 
 
-def row_model(case: Case, fwd: Forward, prec: Precision) -> RowModel:
+def row_model(
+    case: Case,
+    fwd: Forward,
+    prec: Precision,
+    score_error: np.ndarray | None = None,
+    magnitudes: np.ndarray | None = None,
+) -> RowModel:
+    """The row model of ``case``. A declared formulation (harness.judge.formulation_error) passes the
+    ``score_error`` each key's score may carry into the softmax in place of the dot product's
+    rounding, and the score ``magnitudes`` its roundings of size |s| act on (a fill's rows: the
+    scores before the fill, which the row max cancels)."""
     q = np.asarray(case.query).astype(np.float64)
     k = expand_kv(np.asarray(case.key).astype(np.float64), case.Hq)
     scale = case.effective_scale
@@ -171,7 +205,10 @@ def row_model(case: Case, fwd: Forward, prec: Precision) -> RowModel:
     gam_d = prec.gamma(case.Dk) * (1.0 + (2.0 if prec.inputs_rounded else 0.0)) + (
         2.0 * prec.u_a if prec.inputs_rounded else 0.0
     )
-    per_key = gam_d * absdot + prec.u_b * np.abs(bias) + C_S * prec.u_a * np.abs(s)
+    dot_error = gam_d * absdot if score_error is None else score_error
+    size = np.abs(s) if magnitudes is None else np.abs(magnitudes)
+    with np.errstate(invalid="ignore", over="ignore"):
+        per_key = dot_error + prec.u_b * np.abs(bias) + C_S * prec.u_a * size
     eps = np.where(hidden, 0.0, per_key).max(axis=-1) + prec.u_a * math.log(max(case.S, 1))
     eps = np.where(fwd.all_blocked, 0.0, eps)
     extra = 2 * case.S + 8 + (1 if prec.inputs_rounded else 0)
@@ -190,12 +227,15 @@ def forward_bound(case: Case, fwd: Forward, rm: RowModel) -> np.ndarray:
     grow = 1.0 + rm.omega
     pre = (
         _scaled(rm.omega, wv)
-        + _scaled(2 * prec.u_w * grow, wv)
-        + P_ROUNDINGS * prec.eta * n_vis
+        + _scaled(2 * prec.p * grow, wv)
+        + P_ROUNDINGS * prec.eta_of_p * n_vis
         + _scaled(prec.gamma(case.S) * grow, wv)
     )
     if prec.inputs_rounded:
         pre = pre + prec.u_a * wv
+    if prec.merges:  # normwise merges: each an absolute error of a few u_a of the row's largest |v|
+        vmax = np.max(np.where(rm.visible[..., None], v[:, :, None, :, :], 0.0), axis=-2, initial=0.0)
+        pre = pre + 3 * prec.merges * prec.u_a * vmax
     o = np.abs(np.nan_to_num(fwd.out, nan=0.0))
     pre = pre + prec.u_a * o
     return pre + prec.rounding(o + pre)
@@ -205,7 +245,10 @@ def weights_bound(rm: RowModel) -> np.ndarray:
     """First-order bound on |observed weight - oracle weight| per element, [B, Hq, T, S]."""
     prec = rm.prec
     grow = 1.0 + rm.omega
-    return _scaled((rm.omega + 3 * prec.u_w + prec.u_a) * grow, rm.weights) + 3 * prec.eta * rm.visible
+    bound = _scaled((rm.omega + 2 * prec.p + prec.u_w + prec.u_a) * grow, rm.weights) + 3 * prec.eta_of_p * rm.visible
+    if prec.merges:  # V = I: the row's largest |v| is 1
+        bound = bound + 3 * prec.merges * prec.u_a * rm.visible.any(axis=-1, keepdims=True)
+    return bound
 
 
 def grad_bound(
@@ -231,10 +274,12 @@ def grad_bound(
     live = ~fwd.all_blocked[..., None]
     ir = 2.0 * prec.u_a if prec.inputs_rounded else 0.0  # inputs and dO rounded to float32
     # P as the kernel has it: recomputed (omega), then rounded to d for the GEMMs (u_w, eta).
-    pi = _scaled(rm.omega + prec.u_w * (1.0 + rm.omega), p) + prec.eta * rm.visible
+    pi = _scaled(rm.omega + prec.p * (1.0 + rm.omega), p) + prec.eta_of_p * rm.visible
     vt = np.swapaxes(v, -1, -2)
     dp = do @ vt
     e_dp = (prec.gamma(case.Dv) + ir) * (np.abs(do) @ np.abs(vt))
+    if prec.dp_rounded:  # dO V^T stored in the working dtype (a backward through its products)
+        e_dp = e_dp + prec.rounding(np.abs(dp) + e_dp)
     o = np.nan_to_num(fwd.out, nan=0.0)
     d_exact = (p * dp).sum(axis=-1, keepdims=True)
     via_out = (np.abs(do) * out_bound).sum(axis=-1, keepdims=True) + (prec.gamma(case.Dv) + ir) * (
@@ -246,13 +291,16 @@ def grad_bound(
     e_d = np.maximum(via_out, via_p)
     ds = p * (dp - d_exact)
     e_ds = _scaled(pi, np.abs(dp - d_exact)) + _scaled(p + pi, e_dp + e_d) + 2 * prec.u_a * np.abs(ds)
-    e_ds = e_ds + prec.rounding(np.abs(ds) + e_ds) * rm.visible  # dS rounded to d before dQ, dK
+    for _ in range(prec.ds_roundings):  # dS rounded to d before dQ, dK (and scaled there, if declared)
+        e_ds = e_ds + prec.p_rounding(np.abs(ds) + e_ds) * rm.visible
     e_ds = np.where(live & rm.visible, e_ds, 0.0)
     ads = np.abs(ds) + e_ds
     # dQ = scale dS K
     dq = (ds @ k) * scale
     pre_q = abs(scale) * (e_ds @ np.abs(k)) + (prec.gamma(case.S) + ir) * abs(scale) * (ads @ np.abs(k))
     pre_q = pre_q + prec.u_a * np.abs(dq)
+    for _ in range(prec.dq_roundings - 1):  # dQ scaled in the working dtype after its product
+        pre_q = pre_q + prec.rounding(np.abs(dq) + pre_q)
     e_dq = pre_q + prec.rounding(np.abs(dq) + pre_q)
     # dK = scale dS^T Q, dV = P^T dO, each summed over the query heads of a kv head's group
     dst = np.swapaxes(ds, -1, -2)

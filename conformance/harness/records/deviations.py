@@ -10,6 +10,17 @@ each value below with the spec sentence it departs from (harness.records.verdict
   ``all_blocked_float_mask`` for rows of ``-inf`` in an additive mask; ``mean_v_keys="buffer"`` is
   which mean a ``mean-v`` fill takes, so it departs from the same sentence).
 * 000 §8: float64 inputs stay float64 (``float64_computed_as="float32"``).
+* 000 §8: the products are formed after raising the precision, with no reduced-precision matmul
+  (``float32_computed_as`` tf32 / bfloat16 / float16; ``float16_computed_as`` and
+  ``bfloat16_computed_as`` ``-products`` / ``-scores``; ``scale_applied="query"``, Q scaled in the
+  input dtype before the upcast).
+* 000 §3: blocked positions get -inf; a finite number "is not strictly equivalent to blocking"
+  (``blocked_fill``).
+* 003 "逐步推导": each weight is exp(s_ij - m_i) over its row's sum, so its error is relative to
+  itself; a merge whose error is relative to the output's norm departs from it (``normwise_merges``).
+
+These formulations are judged against the oracle re-run under them (conformance/oracle_formulations.py),
+so a kernel that follows one exactly passes every clause, and the verdict says which it follows.
 
 What the spec leaves open or a kernel merely lacks is not a deviation: capability limits (no
 dropout, no GQA, fewer dtypes, a maximum head dim, Dk == Dv, no custom scale, no float mask, no
@@ -33,6 +44,17 @@ from conformance.harness.spec.clause import Source
 
 ALL_BLOCKED_ZERO = Source("000", "§8 最小 PyTorch 实现", "本实现明确约定该行的权重和输出为 0，避免 NaN。")
 FLOAT64_KEPT = Source("000", "§8 最小 PyTorch 实现", "float64 输入则保留 float64。")
+PRECISION_FIRST = Source(
+    "000", "§8 最小 PyTorch 实现", "先提高精度，再做点积；禁用外层 autocast 对这里矩阵乘法的降精度。"
+)
+UPCAST_FIRST = Source("000", "§8 为什么在点积之前提高精度", "这里将低精度输入转为 float32 后才计算点积和 softmax")
+SCALE_AFTER_UPCAST = Source("000", "§8 最小 PyTorch 实现", "先提高精度，再做点积")
+NEG_INF = Source(
+    "000",
+    "§3 矩阵形式",
+    "禁止注意的位置加 $-\\infty$ 。用有限负数替代时，要结合 dtype 和分数范围选择数值；它并不严格等价于屏蔽。",
+)
+PER_WEIGHT = Source("003", "逐步推导", "p_ij = exp(s_ij - m_i) / Σ_j exp(s_ij - m_i)")
 
 
 @dataclass(frozen=True)
@@ -91,7 +113,54 @@ RULES: tuple[tuple[str, Callable[[Declaration], bool], Callable[[Declaration], s
         lambda d: f"float64 inputs are computed in {d.float64_computed_as}",
         FLOAT64_KEPT,
     ),
+    (
+        "float32_computed_as",
+        lambda d: d.float32_computed_as != "float32",
+        lambda d: f"float32 products take {d.float32_computed_as} operands (Q, K, P, V rounded; float32 sums)",
+        PRECISION_FIRST,
+    ),
+    (
+        "float16_computed_as",
+        lambda d: d.float16_computed_as != "float32",
+        lambda d: _lowp_what("float16", d.float16_computed_as),
+        UPCAST_FIRST,
+    ),
+    (
+        "bfloat16_computed_as",
+        lambda d: d.bfloat16_computed_as != "float32",
+        lambda d: _lowp_what("bfloat16", d.bfloat16_computed_as),
+        UPCAST_FIRST,
+    ),
+    (
+        "scale_applied",
+        lambda d: d.scale_applied == "query",
+        lambda d: "Q is multiplied by the scale in the input dtype, before the upcast and the product",
+        SCALE_AFTER_UPCAST,
+    ),
+    (
+        "blocked_fill",
+        lambda d: d.blocked_fill != "-inf",
+        lambda d: _fill_what(d.blocked_fill),
+        NEG_INF,
+    ),
+    (
+        "normwise_merges",
+        lambda d: d.normwise_merges > 0,
+        lambda d: f"{d.normwise_merges} merges of partial outputs err relative to the output's norm, not each weight",
+        PER_WEIGHT,
+    ),
 )
+
+
+def _lowp_what(dtype: str, how: str) -> str:
+    what = f"{dtype} Q K^T is formed in {dtype} (rounded: past its range it is inf), not after an upcast"
+    return what + (f", and scaled in {dtype}" if how.endswith("-scores") else "")
+
+
+def _fill_what(fill: str) -> str:
+    mode, _, value = fill.partition(":")
+    where = "added to" if mode == "add" else "in place of"
+    return f"blocked keys get the finite {value} {where} their scores, not -inf"
 
 
 def deviations(declaration: Declaration) -> list[Deviation]:
