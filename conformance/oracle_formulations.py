@@ -10,9 +10,10 @@ formulation's roundings applied where it rounds, and its fill where it fills:
 
 * operands: Q, K, V (and dO in the backward) rounded to the float32 case's operand format;
 * the scale on Q: ``round(Q * scale)`` in the input dtype before the product (``scale_applied="query"``);
-* the product: ``round(Q K^T)`` to the input dtype (``-products``; +-inf past its range), or the
-  *scaled* product ``round(scale Q K^T)`` (``scale_applied="product"``); ``-scores`` rounds the scaled
-  product once more (the scale applied in the input dtype);
+* the product: ``round(Q K^T)`` to the input dtype (``-products``, ``-sums``; +-inf past its range),
+  or the *scaled* product ``round(scale Q K^T)`` (``scale_applied="product"``); ``-scores`` rounds the
+  scaled product once more (the scale applied in the input dtype); ``-sums`` changes no answer, only
+  how far a kernel may be from it (its sums accumulate in the input dtype);
 * the fill: each blocked key's score replaced by F (``set:F``) or ``round(s + F)`` (``add:F``) in the
   precision the scores have there; float64 scores of a kernel whose softmax runs in float32
   (``float64_computed_as="float32"``) reach it through float32, so a fill past float32's range is -inf.
@@ -61,6 +62,7 @@ class Formulation:
     operands: str | None = None  # float32 cases: the format both products' operands are rounded to
     product: str | None = None  # the dtype Q K^T (or scale Q K^T) is rounded to
     scaled_rounded: bool = False  # ``-scores``: the scaled product rounded to ``product`` again
+    summed_in: str | None = None  # ``-sums``: the products' sums accumulated in this dtype (error model only)
     scale_applied: str = "scores"  # "scores" | "product" | "query" (query: only below float32)
     fill: tuple[str, float] | None = None  # ("set" | "add", F) for the boolean mask's and causal's keys
     fill_text: str = "-inf"
@@ -82,6 +84,7 @@ class Formulation:
             self.operands,
             self.product,
             self.scaled_rounded,
+            self.summed_in,
             self.scale_applied,
             self.fill_text,
             self.fill_dtype,
@@ -99,6 +102,8 @@ class Formulation:
         if self.product:
             what = "scale*QK^T" if self.scale_applied == "product" else "QK^T"
             parts.append(f"{what} rounded to {self.product}" + (", scaled there" if self.scaled_rounded else ""))
+        if self.summed_in:
+            parts.append(f"sums accumulated in {self.summed_in}")
         if self.fill:
             parts.append(f"blocked keys {self.fill_text} in {self.fill_dtype}")
         if self.normwise_merges:
@@ -112,7 +117,7 @@ def formulation(case: Case, decl: Declaration) -> Formulation | None:
     if case.has_variant:
         return None
     dtype = case.dtype
-    operands = product = None
+    operands = product = summed_in = None
     scaled_rounded = False
     if dtype == "float32" and decl.float32_computed_as != "float32":
         operands = decl.float32_computed_as
@@ -121,6 +126,7 @@ def formulation(case: Case, decl: Declaration) -> Formulation | None:
         if how != "float32":
             product = dtype
             scaled_rounded = how.endswith("-scores")
+            summed_in = dtype if how.endswith("-sums") else None
     fill = None
     parsed = parse_fill(decl.blocked_fill)
     if parsed is not None and _fill_reaches(case, decl):
@@ -134,6 +140,7 @@ def formulation(case: Case, decl: Declaration) -> Formulation | None:
         operands=operands,
         product=product,
         scaled_rounded=scaled_rounded,
+        summed_in=summed_in,
         scale_applied=decl.scale_applied,
         fill=fill,
         fill_text=decl.blocked_fill if fill else "-inf",
@@ -310,12 +317,14 @@ def forward(case: Case, f: Formulation, decl: Declaration) -> oracle.Forward:
     weights = _softmax(s)
     no_score = np.isneginf(s).all(axis=-1)  # every key -inf: nothing to compute
     unseen = spec_blocked.all(axis=-1)  # no key visible by the spec's rule (blocked or filled)
-    policy = _row_policy(case, decl, f)
-    # Rows the kernel answers without the scores: -inf everywhere, a set fill, or its own zeros / NaN.
+    # Rows the kernel answers without the scores: -inf everywhere (what it makes of such a row), a
+    # set fill, or a row with no visible key that it overwrites with its declared zeros / NaN.
+    policy = decl.all_blocked_policy(case)
     overwrite = unseen & ~no_score & (policy != "mean-v")
     set_fill = f.fill is not None and f.fill[0] == "set"
     fixed = no_score | overwrite | (unseen & set_fill)
-    weights = _apply_policy(weights, no_score | overwrite, policy, case.S)
+    weights = _apply_policy(weights, overwrite, policy, case.S)
+    weights = _apply_policy(weights, no_score, _row_policy(case, decl, f), case.S)
     out = np.einsum("bhts,bhsd->bhtd", weights, ops.v)
     with np.errstate(invalid="ignore"):
         zero_weight = ~(weights > 0) & ~np.isnan(weights)
@@ -324,10 +333,11 @@ def forward(case: Case, f: Formulation, decl: Declaration) -> oracle.Forward:
 
 
 def _row_policy(case: Case, decl: Declaration, f: Formulation) -> str:
-    """The declared answer of a row with no visible key: under a fill only -inf (an additive mask's)
-    can empty a row's scores, so such a row takes the additive mask's policy where one is declared."""
+    """The declared answer of a row with no finite score: under a fill only -inf empties a row (an
+    additive mask's, or a fill past float32's range in a float32 softmax), so such a row is what the
+    kernel makes of a row of -inf: the additive mask's policy, where one is declared."""
     if f.fill and decl.all_blocked_float_mask is not None:
-        return decl.all_blocked_float_mask if case.bias is not None else decl.all_blocked
+        return decl.all_blocked_float_mask
     return decl.all_blocked_policy(case)
 
 
@@ -350,10 +360,18 @@ def vjp(case: Case, grad_out: np.ndarray, f: Formulation, decl: Declaration) -> 
     do = np.asarray(grad_out).astype(np.float64)
     if f.operands:
         do = round_to(do, f.operands)
-    k = ops.k[:, :: case.Hq // case.Hkv]  # back to the kv heads (expand_kv repeats them)
-    v = ops.v[:, :: case.Hq // case.Hkv]
+    g = case.Hq // case.Hkv
+    k = ops.k[:, ::g]  # back to the kv heads (expand_kv repeats them)
+    v = ops.v[:, ::g]
     if not f.rounds_query:
-        return oracle.backward(case.replace(query=ops.q, key=k, value=v), fwd, do)
-    # scores q'.k with q' = round(q * scale): dK = dS^T q', dQ = scale dS K
-    dq, dk, dv = oracle.backward(case.replace(query=ops.q, key=k, value=v, scale=1.0), fwd, do)
-    return dq * case.effective_scale, dk, dv
+        dq, dk, dv = oracle.backward(case.replace(query=ops.q, key=k, value=v), fwd, do)
+    else:  # scores q'.k with q' = round(q * scale): dK = dS^T q', dQ = scale dS K
+        dq, dk, dv = oracle.backward(case.replace(query=ops.q, key=k, value=v, scale=1.0), fwd, do)
+        dq = dq * case.effective_scale
+    nan_rows = np.isnan(fwd.weights).any(axis=-1)  # a NaN row (an overflow, a row of -inf left NaN)
+    if nan_rows.any():  # passes NaN to its dQ and to every dK, dV its head touches, as autograd does
+        B, Hkv = case.B, case.Hkv
+        dq = np.where(nan_rows[..., None], np.nan, dq)
+        touched = nan_rows.any(axis=-1).reshape(B, Hkv, g).any(axis=-1)[..., None, None]
+        dk, dv = np.where(touched, np.nan, dk), np.where(touched, np.nan, dv)
+    return dq, dk, dv

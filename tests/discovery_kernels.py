@@ -4,9 +4,10 @@ Every kernel here is :func:`make`'s correct attention (torch's SDPA signature an
 mask means True = may attend, is_causal top-left, enable_gqa h -> h // (Hq / Hkv), float32 compute for
 low precision, float64 in float64, all-blocked rows 0 with a finite gradient) with one knob turned.
 ``tests/test_discover.py`` checks that discovery finds each knob: the conventions as a ``--declare``,
-the behaviours no field allows (causal ignored when a mask is given, NaN on some all-blocked rows, no
-upcast) as findings. Written apart from the suite's oracle and from ``implementations/``, so that a
-shared mistake cannot make them agree. torch is imported when a kernel is called.
+the behaviours no field allows (causal ignored when a mask is given, NaN on some all-blocked rows) as
+findings; the product formed in the input dtype as its formulation (float16_computed_as ...). Written
+apart from the suite's oracle and from ``implementations/``, so that a shared mistake cannot make them
+agree. torch is imported when a kernel is called.
 """
 
 from __future__ import annotations
@@ -129,7 +130,7 @@ EXPECTED: dict[str, tuple[dict[str, str], str | None]] = {
     "mean_v_rows": ({"all_blocked": "mean-v", "all_blocked_float_mask": "zeros"}, None),
     "nan_neg_inf_rows": ({"all_blocked_float_mask": "nan"}, None),
     "float64_as_float32": ({"float64_computed_as": "float32"}, None),
-    "no_upcast": ({}, "float16 inputs are not upcast before QK^T"),
+    "no_upcast": ({"bfloat16_computed_as": "bfloat16-products", "float16_computed_as": "float16-products"}, None),
     "rejects_causal_with_mask": ({"causal_with_mask": "false"}, None),
     "ignores_causal_with_mask": ({}, "ignores is_causal when a mask is given"),
     "nan_some_rows": ({}, "boolean all-blocked rows are filled in more than one way"),

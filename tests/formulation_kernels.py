@@ -270,6 +270,24 @@ class RingMerge(FormulationKernel):
         return {"normwise_merges": 3}
 
 
+class AllBf16(FormulationKernel):
+    """Not a declarable formulation: EVERY dtype's products take bfloat16 operands (float64 and
+    float16 too). Its failures span dtypes; likely causes must name one precision for them."""
+
+    name = "form-all-bf16"
+    operands = "bfloat16"
+
+    def _operands(self, case: Case):
+        work = self._work(case)
+        q, k, v = (_to(np.asarray(x).astype(np.float32), "bfloat16") for x in (case.query, case.key, case.value))
+        q, k, v = (x.astype(work) for x in (q, k, v))
+        g = case.Hq // case.Hkv
+        return work, "bfloat16", q, np.repeat(k, g, axis=1), np.repeat(v, g, axis=1), work(case.effective_scale)
+
+    def _p_format(self, case: Case, fmt: str | None) -> str | None:
+        return "bfloat16"
+
+
 KERNELS: dict[str, type[FormulationKernel]] = {
     cls.name: cls for cls in (F32Bf16, F32Tf32, F16Products, QPrescaled, FillAdd, RingMerge)
 }
@@ -289,3 +307,27 @@ def approximate(cls: type[FormulationKernel], how: str) -> FormulationKernel:
     attrs = {"noise": {"score_noise": 2.0**-9}, "fill-1e4": {"fill_override": -1.0e4}}[how]
     sub = type(f"{cls.__name__}_{how}", (cls,), {"name": f"{cls.name}~{how}", **attrs})
     return sub()
+
+
+# Module-level kernels for ``--impl=tests.formulation_kernels:NAME``: ``all_bf16`` as it is, and each
+# formulation kernel with a declaration that says nothing of its formulation (``bare_*``: what a user
+# starts from before ``--discover``).
+all_bf16 = AllBf16()
+
+
+def _bare(cls: type[FormulationKernel]) -> FormulationKernel:
+    kernel = cls()
+    kernel.declaration = kernel.declaration.replace(
+        float32_computed_as="float32",
+        float16_computed_as="float32",
+        scale_applied="scores",
+        blocked_fill="-inf",
+        normwise_merges=0,
+        all_blocked="zeros",
+    )
+    return kernel
+
+
+bare_f32_bf16, bare_f32_tf32, bare_f16_products, bare_q_prescaled, bare_fill_add, bare_ring_merge = (
+    _bare(cls) for cls in KERNELS.values()
+)

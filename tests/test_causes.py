@@ -112,8 +112,13 @@ INJECTED = [
     ("float64_as_float32", ["test_masks.py"], "dtype=float64", "float64_computed_as=float32"),
     ("bottom_right_causal", ["test_causal.py", "test_masks.py"], "causal, T != S", "causal_alignment=bottom-right"),
     ("mean_v_rows", ["test_masks.py"], "row blocked entirely: bool", "all_blocked=mean-v"),
-    ("finite_fill", ["test_masks.py"], "row blocked entirely: bool", "finite fill"),
-    ("no_upcast", ["test_precision.py", "test_masks.py"], "|QK^T| > 65504 (float16 max)", None),
+    ("finite_fill", ["test_masks.py"], "row blocked entirely: bool", "blocked_fill=add:-1e4"),
+    (
+        "no_upcast",
+        ["test_precision.py", "test_masks.py"],
+        "large |scores| (>= 64)",
+        "float16_computed_as=float16-products --declare bfloat16_computed_as=bfloat16-products",
+    ),  # fmt: skip
 ]
 
 

@@ -28,11 +28,12 @@ pytestmark = pytest.mark.usefixtures("restore_hypothesis_profile")
 CLAUSES = Path(__file__).resolve().parents[1] / "conformance" / "clauses"
 KERNELS = "tests.discovery_kernels"
 
-# Every field the issue asks discovery to cover (upcast has no declaration field).
+# Every field the issues ask discovery to cover (upcast is a note: the formulations say what happens instead).
 COVERED = (
-    "dtypes grad dropout gqa custom_scale bool_mask mask_sense float_mask causal causal_alignment causal_with_mask "
-    "all_blocked all_blocked_float_mask float64_computed_as upcast rejects_with max_head_dim requires_dk_eq_dv "
-    "deterministic"
+    "dtypes float32_computed_as grad dropout gqa custom_scale bool_mask mask_sense float_mask causal "
+    "causal_alignment causal_with_mask all_blocked all_blocked_float_mask float64_computed_as bfloat16_computed_as "
+    "float16_computed_as scale_applied blocked_fill normwise_merges upcast rejects_with max_head_dim "
+    "requires_dk_eq_dv deterministic"
 ).split()
 
 BUILTINS = {"numpy": "numpy", "torch-eager": "torch", "torch-sdpa": "torch", "jax": "jax"}

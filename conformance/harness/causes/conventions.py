@@ -44,6 +44,9 @@ def _alternatives(case: Case, decl: Declaration) -> Iterator[tuple[str, Case, De
             yield f"{field}={policy}", case, decl.replace(**{field: policy}), True
     if case.mask is not None or case.is_causal:  # a finite fill: blocked rows keep the softmax over every key
         yield FINITE_FILL, case.replace(mask=None, is_causal=False), decl, "failing case's rows"
+    from conformance.harness.causes.formulations import alternatives as formulations
+
+    yield from formulations(case, decl)  # the oracle re-run under each formulation not declared
 
 
 def _matches(out: np.ndarray, case: Case, decl: Declaration, rows: bool | str, empty: np.ndarray) -> bool:

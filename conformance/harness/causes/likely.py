@@ -130,7 +130,13 @@ def likely_causes(rows: list[dict]) -> dict:
             explains[cand] = hit
     uncovered = set(range(len(with_case)))
     causes = []
+    from conformance.harness.causes.formulations import precision_cause
     from conformance.harness.causes.text import about, names_a_mechanism
+
+    one_precision = precision_cause(with_case)  # every dtype at one lower precision: one cause, first
+    if one_precision is not None:
+        causes.append(one_precision[0])
+        uncovered -= one_precision[1]
 
     def confirmed(c: tuple[int, ...]) -> int:
         """Failures in ``c``'s reach whose output matches a convention about ``c``'s features."""

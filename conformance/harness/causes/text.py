@@ -25,6 +25,14 @@ _HINTS = {
     FINITE_FILL: "rows blocked entirely give the softmax over every key: blocked keys get a finite fill "
     "(e.g. -1e4) instead of -inf (000 §7.3)?",
 }
+# Formulations (conformance/oracle_formulations.py): the field's hint, whatever its value.
+_FIELD_HINTS = {
+    "float32_computed_as": "float32 products take lower-precision operands (TF32, bfloat16 or float16)?",
+    "float16_computed_as": "float16 QK^T formed in float16, not upcast first (000 §8)?",
+    "bfloat16_computed_as": "bfloat16 QK^T formed in bfloat16, not upcast first (000 §8)?",
+    "scale_applied": "Q multiplied by the scale in the input dtype before the product?",
+    "blocked_fill": "blocked keys get a finite fill instead of -inf (000 §3)?",
+}
 _FEATURE_HINTS = {
     "|QK^T| > 65504 (float16 max)": "QK^T overflows float16: not upcast before QK^T (000 §8)?",
     "large |scores| (>= 64)": "large scores mishandled (no max subtracted, or a finite fill for blocked keys)?",
@@ -47,6 +55,11 @@ _ABOUT = {
     "all_blocked": ("row blocked entirely",),
     "all_blocked_float_mask": ("row blocked entirely",),
     FINITE_FILL: ("row blocked entirely",),
+    "float32_computed_as": ("dtype=float32",),
+    "float16_computed_as": ("dtype=float16", "dtype float16 or bfloat16", "|QK^T| > 65504", "large |scores|"),
+    "bfloat16_computed_as": ("dtype=bfloat16", "dtype float16 or bfloat16", "large |scores|"),
+    "scale_applied": ("dtype=float16", "dtype=bfloat16", "dtype float16 or bfloat16", "large |scores|"),
+    "blocked_fill": ("row blocked entirely", "bool mask", "causal", "large |scores|"),
 }
 
 
@@ -71,7 +84,30 @@ def suggestion(rows: list[dict], features: list[str]) -> tuple[str | None, int, 
     if not votes:
         return None, 0, checked
     best, n = max(votes.items(), key=lambda kv: (kv[1], "=" in kv[0]))
+    best, n = _per_dtype_formulations(rows, votes, best, n)
     return (best, n, checked) if 2 * n >= max(checked, 1) else (None, 0, checked)
+
+
+_PER_DTYPE = ("float16_computed_as", "bfloat16_computed_as", "float32_computed_as", "float64_computed_as")
+
+
+def _per_dtype_formulations(rows: list[dict], votes: Counter, best: str, n: int) -> tuple[str, int]:
+    """A cause whose failures span dtypes, each matching its own dtype's formulation (float16 products
+    in float16, bfloat16 products in bfloat16), is one ``--declare`` per dtype: the best match of each
+    such field, joined, counted over the outputs matching any of them."""
+    field = best.split("=")[0]
+    if field not in _PER_DTYPE:
+        return best, n
+    picks = {}
+    for match, _ in votes.most_common():
+        f = match.split("=")[0]
+        if f in _PER_DTYPE and f not in picks:
+            picks[f] = match
+    if len(picks) < 2:
+        return best, n
+    chosen = list(picks.values())
+    hit = sum(1 for r in rows if any(m in chosen for m in (r["failure"].get("matches") or ())))
+    return " --declare ".join(chosen), hit
 
 
 def _unit_dtype(dtype: str, rel: float) -> str:
@@ -108,8 +144,13 @@ def _num(x) -> bool:
 def hint(cause: dict) -> str:
     """What the cause most likely is, in a few words: from the matched convention, else its features
     (the float16 overflow only where every failing case is float16 or bfloat16)."""
+    if cause.get("precision"):
+        return f"every dtype computed at {cause['precision']} precision (its products' operands or results rounded)?"
     if cause.get("declare") in _HINTS:
         return _HINTS[cause["declare"]]
+    field = str(cause.get("declare") or "").split("=")[0]
+    if field in _FIELD_HINTS:
+        return _FIELD_HINTS[field]
     low = set(cause.get("dtypes") or ()) <= {"float16", "bfloat16"}
     feats = [f for f in cause["features"] if low or f != "|QK^T| > 65504 (float16 max)"]
     if not low and len(feats) < len(cause["features"]):
@@ -153,6 +194,8 @@ def cause_lines(n: int, cause: dict) -> list[str]:
             f" {what} (the failing output matches it in {cause['declare_matched']} of the "
             f"{cause['declare_checked']} failing outputs checked)"
         )
+    if cause.get("not_declarable"):
+        text += f" (no field says it of {', '.join(cause['not_declarable'])})"
     if text:
         lines.append(f"   {text.strip()}")
     lines.append(f"   clauses: {', '.join(cause['clause_ids'][:8])}{' ...' if len(cause['clause_ids']) > 8 else ''}")

@@ -8,8 +8,11 @@ computed in float32, ...). Finding them by trial means reading failures; the sui
 is an evidence line, never a crash), and returns a :class:`Discovery`: one :class:`Measured` per field
 (the value and the evidence), the declaration that results, the ``--declare`` line that gets it, and
 *findings*: behaviours that are no allowed value of any field (causal dropped when a mask is given,
-NaN on some all-blocked rows and zeros on others, fp16 products not upcast). A finding is never
-declared away: the field keeps its declared value, so the clauses that test it fail.
+NaN on some all-blocked rows and zeros on others, fp16 products that match no declarable formulation).
+A finding is never declared away: the field keeps its declared value, so the clauses that test it
+fail. Formulations (``harness.discovery.formulations``: the precision each dtype is computed at,
+where the scale is applied, the fill of blocked keys, normwise merges) are measured by the oracle
+and error model of each candidate.
 
 Fields the user pinned with ``--declare`` are not probed. Used by ``python -m conformance.discover``
 and by ``pytest --discover`` (harness.run.discovery_run).
@@ -88,6 +91,7 @@ def discover(
     """Probe ``adapter`` (its declaration is restored afterwards); ``pinned`` fields are not probed."""
     from conformance.harness.discovery import blocked as discovery_blocked
     from conformance.harness.discovery import conventions as discovery_conventions
+    from conformance.harness.discovery import formulations as discovery_formulations
     from conformance.harness.discovery import precision as discovery_precision
     from conformance.harness.discovery import probes as discovery_probes
 
@@ -99,11 +103,12 @@ def discover(
         *discovery_conventions.CONVENTIONS,
         discovery_blocked.all_blocked,
         discovery_precision.float64_computed_as,
+        *discovery_formulations.PROBES,
         discovery_precision.upcast,
         *discovery_probes.LIMITS,
     )
     try:
-        for probe in (discovery_probes.dtypes, *probes):
+        for probe in (discovery_probes.dtypes, discovery_formulations.float32_computed_as, *probes):
             try:
                 if probe(p) is False:  # no dtype ran: nothing else can be probed
                     break

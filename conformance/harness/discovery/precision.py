@@ -1,10 +1,11 @@
 """Discovery's precision probes: float64 computed as what, and float16 / bfloat16 upcast before QK^T.
 
 float64 is measured by its error against the oracle in units of the float32 and float64 ulps (a
-float32 computation leaves ~1 float32 ulp). The upcast has no declaration field: 000 §8 requires it,
-so a kernel that forms the product in the input dtype gets a finding and UPCAST-01 fails; it is never
-declared away. Its witness (:func:`large_logits`) makes the raw product overflow float16 and lose its
-fine structure in bfloat16 while the scaled scores stay O(1) apart.
+float32 computation leaves ~1 float32 ulp). The upcast is noted (yes / no) on its witness
+(:func:`large_logits`), which makes the raw product overflow float16 and lose its fine structure in
+bfloat16 while the scaled scores stay O(1) apart; a kernel that forms the product in the input dtype
+is given the ``float16_computed_as`` / ``bfloat16_computed_as`` formulation it matches
+(harness.discovery.formulations), and a finding only when none matches (UPCAST-01 then fails).
 """
 
 from __future__ import annotations
@@ -80,5 +81,6 @@ def upcast(p: Probing) -> None:
     witness = "q = k = 32, Dk = 64: raw q.k = 65536 + 8j (float16 max 65504), scaled 8192 + j"
     value = f"no ({', '.join(failed)})" if failed else "yes"
     p.note(UPCAST, value, f"{witness}; {'; '.join(parts.values())} (no declaration field)")
-    for dt in failed:
-        p.finding(f"{dt} inputs are not upcast before QK^T ({witness}: {parts[dt]}); {UPCAST_RULE}")
+    for dt in failed:  # a declarable formulation that explains it was recorded instead (harness.discovery.formulations)
+        if p.decl.computed_as(dt) == "float32":
+            p.finding(f"{dt} inputs are not upcast before QK^T ({witness}: {parts[dt]}); {UPCAST_RULE}")

@@ -101,8 +101,10 @@ def _mismatch(what: str, actual, want, allowed: np.ndarray, rule: str, case: Cas
 
 def _must_be_finite(allowed: np.ndarray) -> np.ndarray:
     """An unbounded allowance (ill-conditioned element) still demands a finite answer where the
-    oracle's is finite: inf becomes the largest float, which NaN and inf errors exceed."""
-    return np.where(np.isfinite(allowed), allowed, np.finfo(np.float64).max)
+    oracle's is finite: inf becomes the largest float, which NaN and inf errors exceed. A NaN
+    allowance (``pair_allowance`` where a declared formulation's two answers split into NaN and a
+    number) stays NaN: that element is not judged."""
+    return np.where(np.isinf(allowed), np.finfo(np.float64).max, allowed)
 
 
 def formulated(case: Case, decl: Declaration) -> bool:

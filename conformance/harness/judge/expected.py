@@ -207,14 +207,19 @@ def pair_allowance(case: Case, other: Case, decl: Declaration | None = None) -> 
     """The allowance between the kernel's outputs on two cases with the same exact answer: the sum
     of their output allowances (each output may carry one allowance of error, and the triangle
     inequality through the exact answer adds them), and under a declared formulation the distance
-    between its two answers."""
+    between its two answers (NaN, not judged, where only one of them is NaN)."""
     decl = decl or _DEFAULT
     allowed = output_allowance(case, decl) + output_allowance(other, decl)
     if _formulated(case, decl) or _formulated(other, decl):
         # a declared formulation keeps the relation only up to its own roundings, which the oracle
         # re-run under it gives exactly: the two answers' distance joins the triangle inequality
-        gap = np.abs(expected(case, decl).out - expected(other, decl).out)
-        allowed = allowed + np.where(np.isnan(gap), 0.0, gap)
+        # exactly: where one answer is NaN (an overflow) and the other is not, the relation does not
+        # hold under the formulation at all and the element is not judged (NaN; each output was
+        # compared with its own answer)
+        one, two = expected(case, decl).out, expected(other, decl).out
+        gap = np.abs(one - two)
+        split = np.isnan(one) != np.isnan(two)
+        allowed = np.where(split, np.nan, allowed + np.where(np.isnan(gap), 0.0, gap))
     return allowed
 
 

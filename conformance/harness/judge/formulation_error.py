@@ -21,6 +21,8 @@ formulation names:
   1/S is right) is not following the formulation.
 * **P and dS** are rounded to the operand format (TF32, bfloat16, float16) for their products: the
   bound's P and dS roundings use its unit roundoff (``Precision.u_p``).
+* **Sums in the input dtype** (``-sums``): Q K^T's and P V's accumulations carry gamma(n) in the
+  input dtype's unit roundoff instead of float32's (``Precision.u_sum``).
 * **Low-precision products in the backward** (autograd through float16 / bfloat16 matmuls): dP is
   stored in the input dtype, and dS (dQ) once more where the scale is applied there.
 * **Normwise merges** (``normwise_merges``): each merge of two partial outputs (ring attention's
@@ -57,15 +59,18 @@ def precision(case: Case, decl: Declaration, f: of.Formulation) -> tolerance.Pre
         changes["dp_rounded"] = True
         changes["ds_roundings"] = 2 if f.scaled_rounded else 1
         changes["dq_roundings"] = 2 if f.rounds_query else 1
+    if f.summed_in:
+        changes["u_sum"] = of.UNIT_ROUNDOFF[f.summed_in]
     if f.normwise_merges:
         changes["merges"] = f.normwise_merges
     return dataclasses.replace(base, **changes)
 
 
 def _gamma_dk(case: Case, prec: tolerance.Precision) -> float:
-    """The dot product's relative error factor, as tolerance.row_model has it."""
+    """The dot product's relative error factor, as tolerance.row_model has it (its sum accumulated in
+    the working dtype under ``-sums``)."""
     extra = 2.0 if prec.inputs_rounded else 0.0
-    return float(prec.gamma(case.Dk)) * (1.0 + extra) + (2.0 * prec.u_a if prec.inputs_rounded else 0.0)
+    return float(prec.gamma_sum(case.Dk)) * (1.0 + extra) + (2.0 * prec.u_a if prec.inputs_rounded else 0.0)
 
 
 def score_error(case: Case, decl: Declaration, f: of.Formulation, prec: tolerance.Precision):

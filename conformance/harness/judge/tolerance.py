@@ -111,7 +111,8 @@ class Precision:
     eta: float
     u_b: float  # rounding of the additive mask
     inputs_rounded: bool  # float64 inputs computed in float32
-    # A declared formulation's extra roundings (harness.judge.formulation_error; defaults: none):
+    # A declared formulation's extra roundings (harness.judge.formulation_error; defaults: none);
+    # u_sum (below): the products' sums accumulated in the working dtype (``-sums``).
     # u_p, eta_p: P and dS rounded for their products (TF32, bfloat16 operands of a float32 case);
     # dp_rounded: dP = dO V^T stored in the working dtype (a backward through low-precision products);
     # ds_roundings, dq_roundings: further roundings of dS (a scale applied in the working dtype) and
@@ -122,6 +123,13 @@ class Precision:
     ds_roundings: int = 1
     dq_roundings: int = 1
     merges: int = 0
+    u_sum: float | None = None  # the unit roundoff P V (and Q K^T) accumulate in, where not u_a
+
+    def gamma_sum(self, n: np.ndarray | float) -> np.ndarray | float:
+        """gamma(n) of a sum accumulated in ``u_sum`` (u_a unless a formulation declares another)."""
+        u = self.u_a if self.u_sum is None else self.u_sum
+        nu = np.asarray(n, dtype=np.float64) * u
+        return nu / (1.0 - np.minimum(nu, 0.5))
 
     def gamma(self, n: np.ndarray | float) -> np.ndarray | float:
         nu = np.asarray(n, dtype=np.float64) * self.u_a
@@ -229,8 +237,10 @@ def forward_bound(case: Case, fwd: Forward, rm: RowModel) -> np.ndarray:
         _scaled(rm.omega, wv)
         + _scaled(2 * prec.p * grow, wv)
         + P_ROUNDINGS * prec.eta_of_p * n_vis
-        + _scaled(prec.gamma(case.S) * grow, wv)
+        + _scaled(prec.gamma_sum(case.S) * grow, wv)
     )
+    if prec.u_sum is not None:  # partial sums rounded in the working dtype: subnormal ones lose eta each
+        pre = pre + case.S * prec.eta * (n_vis > 0)
     if prec.inputs_rounded:
         pre = pre + prec.u_a * wv
     if prec.merges:  # normwise merges: each an absolute error of a few u_a of the row's largest |v|
