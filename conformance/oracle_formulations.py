@@ -15,8 +15,9 @@ formulation's roundings applied where it rounds, and its fill where it fills:
   scaled product once more (the scale applied in the input dtype); ``-sums`` changes no answer, only
   how far a kernel may be from it (its sums accumulate in the input dtype);
 * the fill: each blocked key's score replaced by F (``set:F``) or ``round(s + F)`` (``add:F``) in the
-  precision the scores have there; float64 scores of a kernel whose softmax runs in float32
-  (``float64_computed_as="float32"``) reach it through float32, so a fill past float32's range is -inf.
+  precision the scores have there; float64 scores with an added fill, of a kernel whose softmax runs in
+  float32 (``float64_computed_as="float32"``), reach it through float32, so a fill past float32's
+  range is -inf there (transformers' eager attention: finfo(float64).min added, softmax(dtype=float32)).
 
 Everything else is the oracle's float64 arithmetic: the softmax, P V, the backward. What the
 formulation does *not* fix (the order of a float32 accumulation, where P is rounded, a rounding
@@ -145,7 +146,14 @@ def formulation(case: Case, decl: Declaration) -> Formulation | None:
         fill=fill,
         fill_text=decl.blocked_fill if fill else "-inf",
         fill_dtype=fill_dtype,
-        softmax_float32=dtype == "float64" and decl.float64_computed_as == "float32",
+        # an added fill is a float64 number in float64 scores; a kernel that declares float64 computed in
+        # float32 meets it in its float32 softmax (transformers' softmax(dtype=float32): finfo(float64).min
+        # is -inf there). A set fill is what the kernel substitutes in the scores' own dtype (MLX's
+        # finfo(float64).min, in a float64 softmax): it reaches the softmax as it is.
+        softmax_float32=dtype == "float64"
+        and decl.float64_computed_as == "float32"
+        and fill is not None
+        and fill[0] == "add",
         normwise_merges=decl.normwise_merges,
     )
     return f if f.changes_oracle or f.normwise_merges else None

@@ -17,6 +17,17 @@ Measured (transformers 5.24.0, torch 2.13.0+cpu; tests/test_adapter_declarations
 * float64: ``softmax(..., dtype=torch.float32)``: float32-level error (declared);
 * GQA through ``repeat_kv`` (h -> h // groups); dropout on the weights (torch's, 1/(1-p));
 * QK^T in the input dtype (no upcast in float16/bfloat16; the softmax is float32).
+
+Its formulation (declared; conformance/oracle_formulations.py), reproduced by calling
+``eager_attention_forward`` directly with V = I (2026-12-02): ``torch.matmul(query, key^T) * scaling``
+runs in the input dtype, so float16 and bfloat16 scores are the product rounded to it and scaled
+there, rounded again (``float16_computed_as=float16-scores``, ``bfloat16_computed_as=bfloat16-scores``):
+the weights equal ``round(softmax(round(round(Q K^T) scale)))`` bitwise in 100 % of elements (8 cases,
+D = 48, two scales, each dtype). The mask adds ``finfo(dtype).min`` to blocked scores in that dtype
+(``blocked_fill=add:min``): a row blocked entirely is the softmax of its filled scores (the mean of V
+where the fill swamps them), its gradient passes to dQ and dK (measured: d(row)/dq = [0.598, 0.279,
+-0.486], 0 under -inf), and in float64 ``finfo(float64).min`` is -inf in the float32 softmax, so such a
+row is NaN (measured: row [nan, nan, nan]; float32: the mean of V).
 """
 
 from __future__ import annotations
@@ -67,13 +78,18 @@ hf_eager = _hf.HFAttention(
         all_blocked_float_mask="nan",
         masks_combined=True,
         float64_computed_as="float32",
+        float16_computed_as="float16-scores",
+        bfloat16_computed_as="bfloat16-scores",
+        blocked_fill="add:min",
         mask_sense="attend",  # masking_utils' boolean masks, before eager_mask makes them additive
         causal_with_mask=False,
         backend="hf-eager",
         notes=(
             "transformers 5.24 eager_attention_forward (Llama) with a Llama-like module; mask 0 / finfo.min as "
             "masking_utils.eager_mask builds it, causal from masking_utils.sdpa_mask (top-left). Measured: bool rows "
-            "all blocked -> mean of V, -inf rows -> NaN; softmax in float32 (float64 at float32 level); repeat_kv GQA."
+            "all blocked -> mean of V, -inf rows -> NaN; softmax in float32 (float64 at float32 level); repeat_kv GQA. "
+            "Formulation (bitwise, V = I): float16/bfloat16 Q K^T rounded, scaled in the input dtype; finfo.min "
+            "added to blocked scores (float64: -inf in the float32 softmax, rows blocked entirely NaN)."
         ),
     ),
     _load,

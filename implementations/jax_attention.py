@@ -31,7 +31,12 @@ Translation of a ``Case`` (why each step exists):
 Measured on this machine (jax 0.10.2 CPU; tests/test_adapter_declarations.py re-measures):
 
 * a row whose keys are all blocked by the boolean mask gives the mean of V (jax fills masked
-  logits with a large finite negative number), dq = 0 there and all gradients finite;
+  logits with a large finite negative number), dq = 0 there and all gradients finite; the fill is
+  declared as the formulation it is (``blocked_fill=set:-0.7max-float32``: ``jnp.where(mask, logits,
+  -0.7 x max)`` in float32 logits, jax/_src/nn/functions.py ``_apply_masks``), whose one visible
+  consequence beyond the mean of V is a row blocked by the mask and by -inf together: uniform over
+  the masked keys alone (measured by calling ``jax.nn.dot_product_attention`` directly, 2026-12-02:
+  the mean of V over the 3 masked keys, not over all 5);
   the SAME row blocked through an all ``-inf`` bias gives NaN output and NaN gradients. Both are
   declared: ``all_blocked='mean-v'`` and ``all_blocked_float_mask='nan'``.
 * ``is_causal`` with T != S is aligned top-left; GQA query head h reads kv head ``h // (N/K)``.
@@ -436,6 +441,7 @@ _XLA = Declaration(
     all_blocked_float_mask="nan",
     masks_combined=False,  # the boolean mask and the additive M reach jax as its two arguments, mask and bias
     float64_computed_as="float32",
+    blocked_fill="set:-0.7max-float32",
     mask_sense="attend",
     mean_v_keys="buffer",
     lse_base="e",
@@ -451,7 +457,8 @@ _XLA = Declaration(
         "key_value_seq_lengths per sequence (padded form; padded query rows 0); a row that sees no "
         "key averages the whole padded key buffer, padding included (mean_v_keys=buffer); "
         "return_residual's lse, natural log, about -2.38e38 on rows that see no key "
-        "(lse_empty=large-negative). No softcap, ALiBi or paged cache argument."
+        "(lse_empty=large-negative). No softcap, ALiBi or paged cache argument. Formulation: masked logits "
+        "replaced by -0.7 x float32's largest (a row of masked and -inf keys is uniform over the masked ones)."
     ),
 )
 

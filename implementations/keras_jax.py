@@ -120,6 +120,7 @@ keras_jax = KerasJax(
         causal_alignment="top-left",
         all_blocked="mean-v",
         all_blocked_float_mask="nan",
+        blocked_fill="set:-0.7max-float32",  # jax.nn.dot_product_attention's (implementations/jax_attention.py)
         mask_sense="attend",
         causal_with_mask=True,
         backend="keras-jax",

@@ -15,6 +15,16 @@ Measured (keras 3.15.1, numpy 2.4; tests/test_adapter_declarations.py re-measure
 * QK^T is an ``np.einsum`` in the input dtype (float16 products are not upcast; bfloat16 is computed
   in float32 because ``np.einsum`` has no bfloat16), then cast to float32 for the softmax;
 * no GQA: the einsum needs as many key heads as query heads (Hq != Hkv raises ValueError);
+* its formulation (declared; conformance/oracle_formulations.py), reproduced by calling
+  ``keras.src.backend.numpy.nn.dot_product_attention`` directly (2026-12-02): float16 Q K^T is an
+  einsum over the head dim accumulated in float32 and rounded to float16 (V = I weights equal
+  ``round(softmax(round(Q K^T) scale))`` bitwise in 100 % of elements, 8 cases), and P V an einsum over
+  the keys whose running sum is rounded to float16 at every key (equal to a float16 running sum in
+  100 % of elements at S = 260; float32 accumulation and one rounding: 12 %):
+  ``float16_computed_as=float16-sums``. Blocked logits are *replaced* by -0.7 x float32's largest
+  (``np.where``, logits in float32 for every input: ``blocked_fill=set:-0.7max-float32``): a row blocked
+  by the mask and by -inf together is uniform over the masked keys alone (measured: the mean of V over
+  the 3 masked keys, not over all 5);
 * Dk != Dv runs; no dropout argument; no gradient (NumPy), hence ``grad=False``.
 """
 
@@ -59,6 +69,8 @@ keras_numpy = KerasNumpy(
         causal_alignment="top-left",
         all_blocked="mean-v",
         all_blocked_float_mask="nan",
+        float16_computed_as="float16-sums",
+        blocked_fill="set:-0.7max-float32",
         mask_sense="attend",
         batch_invariant=True,
         causal_with_mask=True,
@@ -66,7 +78,8 @@ keras_numpy = KerasNumpy(
         notes=(
             "keras 3.15 numpy backend dot_product_attention. Measured: bool-mask rows all blocked -> mean of V, "
             "-inf bias rows -> NaN; is_causal top-left; no GQA; float64 cast to float32 by keras (not declared); "
-            "float16 QK^T in float16; no dropout, no gradient."
+            "float16 QK^T in float16; no dropout, no gradient. Formulation (bitwise): float16 Q K^T rounded, "
+            "P V summed in float16 (np.einsum); blocked logits replaced by -0.7 x float32's largest."
         ),
     ),
 )

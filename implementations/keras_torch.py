@@ -18,6 +18,18 @@ Measured (keras 3.15.1, torch 2.13.0+cpu; tests/test_adapter_declarations.py re-
 blocked by the boolean mask give the mean of V (keras's finite fill), all ``-inf`` bias rows zeros
 (torch's); is_causal top-left; GQA h -> h // (Hq/Hkv); Dk != Dv runs; float64 cast to float32 by
 keras (not declared). No dropout argument in keras's function.
+
+Its fill (declared; conformance/oracle_formulations.py), reproduced by calling
+``keras.src.backend.torch.nn.dot_product_attention`` directly (2026-12-02): -0.7 x the input dtype's
+largest (float16: -0.7 x 65500 = -45856 once a float16 number) is ADDED to blocked scores, in torch's
+float32 SDPA (``blocked_fill=add:-0.7max``). Its consequences, each measured: in float32 and bfloat16 a
+row blocked entirely is uniform (the mean of V) but passes a gradient to dQ (d(row)/dq = [0.407,
+0.743, 0.066], 0 under -inf); in float16 the fill does not swamp the scores, so such a row is their
+own softmax ([0.1554, -0.5811, 0.4143] against the unmasked softmax's [0.155, -0.5825, 0.414]; the
+mean of V is [0.5208, -0.32, 0.3957]) and a blocked key scoring +25000 beside keys near -25000 keeps
+all the weight (1.0). Not the formulation: torch's CPU flash backward recomputes the weights of such
+a row from a log-sum-exp formed at the fill's magnitude, where log(S) is lost (each weight 1, not
+1/S: dV S times too large); that stays an expected failure (implementations/expectations/keras-torch.toml).
 """
 
 from __future__ import annotations
@@ -104,6 +116,7 @@ keras_torch = KerasTorch(
         all_blocked="mean-v",
         all_blocked_float_mask="zeros",
         masks_combined=True,
+        blocked_fill="add:-0.7max",
         mask_sense="attend",
         causal_with_mask=True,
         backend="keras-torch",
@@ -111,7 +124,8 @@ keras_torch = KerasTorch(
             "keras 3.15 torch backend dot_product_attention (torch SDPA, CPU). Measured: bool rows all blocked -> "
             "mean of V (keras's -0.7 x max fill), -inf rows -> zeros (torch's); top-left causal; GQA via "
             "repeat_interleave; bias + mask handed over as one -inf mask (keras takes one); float64 cast to float32 "
-            "by keras (not declared); no dropout."
+            "by keras (not declared); no dropout. Formulation: -0.7 x the dtype's largest added to blocked scores "
+            "(float16: -45856, in torch's float32 SDPA)."
         ),
     ),
 )

@@ -20,6 +20,17 @@ Measured (mlx 0.32.4 CPU; tests/test_adapter_declarations.py re-measures): rows 
 boolean mask give the mean of V, all ``-inf`` rows NaN; ``"causal"`` bottom-right; float64 computed
 at float32 level (MLX's softmax "is performed in float32 regardless of the input precision").
 No dropout argument.
+
+Its formulation (declared; conformance/oracle_formulations.py), reproduced by calling
+``mx.fast.scaled_dot_product_attention`` directly with V = I (the weights themselves): for float16
+and bfloat16 it multiplies Q by the scale *as a number of the input dtype* (``scale_applied=query``),
+forms Q K^T in the input dtype (float32 accumulation, the result rounded: past 65504 it is inf;
+``float16_computed_as=float16-products``, ``bfloat16_computed_as=bfloat16-products``), runs the softmax
+in float32 and rounds P: the weights equal ``round(softmax(round(round(Q round(scale)) K^T)))`` bitwise
+in 100 % of elements (8 cases, D = 48, scales 1/sqrt(48) and 0.3, each dtype; 2026-12-02), as MLX's
+own fallback in mlx/fast.cpp writes it (``multiply(array(scale, dtype), q)``, then ``matmul``). A
+boolean mask's blocked keys are *replaced* by ``finfo(scores.dtype).min`` there (``where``;
+``blocked_fill=set:min``): a row blocked entirely is uniform, the mean of V.
 """
 
 from __future__ import annotations
@@ -130,13 +141,19 @@ mlx_cpu = MlxAttention(
         all_blocked_float_mask="nan",
         masks_combined=True,
         float64_computed_as="float32",
+        float16_computed_as="float16-products",
+        bfloat16_computed_as="bfloat16-products",
+        scale_applied="query",
+        blocked_fill="set:min",
         mask_sense="attend",
         causal_with_mask=False,
         backend="mlx-fast",
         notes=(
             "mlx 0.32 mx.fast.scaled_dot_product_attention on mx.cpu, backward by mx.vjp. Measured: bool rows all "
             "blocked -> mean of V, -inf rows -> NaN; 'causal' bottom-right (folded into a given mask, bottom-right); "
-            "float64 at float32 level (float32 softmax); native GQA; sinks; no dropout."
+            "float64 at float32 level (float32 softmax); native GQA; sinks; no dropout. Formulation (bitwise, "
+            "V = I): float16/bfloat16 Q times the scale in the input dtype, Q K^T rounded to it, blocked keys "
+            "set to finfo(dtype).min."
         ),
     ),
 )

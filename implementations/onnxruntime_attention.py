@@ -24,6 +24,14 @@ kernel without a ``past_key`` uses offset 0); a row whose keys are all blocked (
 float mask) gives zeros; GQA head h reads kv head h // (Hq/Hkv); Dk != Dv runs; a mask of rank 1 or
 one broadcast along the query axis ([B, 1, 1, S]) is refused ("inconsistent q_sequence_length");
 float64 carries float32-level error (see the declaration). No gradient, no dropout.
+
+Its float16 formulation (declared; conformance/oracle_formulations.py), reproduced with a one-node
+Attention model run by onnxruntime directly with V = I (2026-12-02): the scale is the GEMM's alpha and
+the float16 scores are ``round(scale Q K^T)``, accumulated in float32 and rounded to float16 once
+(``float16_computed_as=float16-products``, ``scale_applied=product``; past 65504 they are inf); the
+softmax runs in float32 and P is rounded: the weights equal ``round(softmax(round(scale Q K^T)))``
+bitwise in 100 % of elements (8 cases, D = 48, two scales). Its rows blocked entirely are zeros, so
+no fill is declared.
 """
 
 from __future__ import annotations
@@ -139,6 +147,8 @@ onnxruntime_cpu = OnnxRuntimeAttention(
         causal_alignment="top-left",
         all_blocked="zeros",
         float64_computed_as="float32",
+        float16_computed_as="float16-products",
+        scale_applied="product",
         mask_sense="attend",
         rejects_with=frozenset({"ValueError", "RuntimeError", "TypeError"}) | _ORT_ERRORS,
         causal_with_mask=True,
@@ -148,7 +158,8 @@ onnxruntime_cpu = OnnxRuntimeAttention(
             "ONNX Attention opset 23 on onnxruntime's CPU provider. Measured: bool mask True = take part; "
             "all-blocked rows (bool or -inf) -> zeros; is_causal top-left when T != S (the schema says "
             "bottom-right); is_causal composed with a mask; GQA h -> h // (Hq/Hkv) from 4-D shapes; Dk != Dv; "
-            "no bfloat16 kernel; masks of rank 1 or broadcast along the query axis refused; no gradient, no dropout."
+            "no bfloat16 kernel; masks of rank 1 or broadcast along the query axis refused; no gradient, no dropout. "
+            "Formulation (bitwise, V = I): float16 scale * Q K^T in a float32 GEMM, rounded to float16."
         ),
     ),
 )

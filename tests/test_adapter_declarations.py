@@ -110,9 +110,12 @@ def reference(case: Case, alignment: str = "top-left", all_blocked: str = "zeros
     return p @ _expand_kv(case.value.astype(np.float64), case.Hq)
 
 
-def reference_vjp(case: Case, g: np.ndarray, alignment: str = "top-left", all_blocked: str = "zeros"):
+def reference_vjp(
+    case: Case, g: np.ndarray, alignment: str = "top-left", all_blocked: str = "zeros", added_fill: bool = False
+):
     """dq, dk, dv of the reference; fully blocked rows pass no gradient to the logits (their
-    output is a constant fill in every convention the adapters declare)."""
+    output is a constant fill), except under a finite fill ADDED to the scores (``added_fill``: the
+    row is the softmax of its filled scores, uniform, and its dS = P (dP - rowsum(P dP)) reaches dq, dk)."""
     p, dead = _weights(case, alignment, all_blocked)
     q = case.query.astype(np.float64)
     k = _expand_kv(case.key.astype(np.float64), case.Hq)
@@ -121,7 +124,7 @@ def reference_vjp(case: Case, g: np.ndarray, alignment: str = "top-left", all_bl
     dv = np.swapaxes(p, -1, -2) @ g
     dp = g @ np.swapaxes(v, -1, -2)
     ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True))
-    ds = np.where(dead, 0.0, ds)
+    ds = np.where(dead & (not added_fill or all_blocked != "mean-v"), 0.0, ds)
     dq = ds @ k * case.effective_scale
     dk = np.swapaxes(ds, -1, -2) @ q * case.effective_scale
 
@@ -336,17 +339,18 @@ def _check_policy(out: np.ndarray, case: Case, policy: str, tol: float, what: st
     assert_close(others, np.delete(reference(case), 3, axis=2), tol, f"{what}: the other rows")
 
 
-# Libraries whose gradient through a row blocked entirely is not the gradient of their own forward:
-# they block with a finite fill ADDED to the scores, so the row's output is a constant (the mean of
-# V) while autograd still passes dS to dq and dk (and torch's backward, recomputing the weights from
-# the row's lse in float32, gives each key weight 1 instead of 1/S: dv). A real deviation, no declaration (their
-# expectations files list it); pinned both ways here, so a release that fixes it fails this test.
-BLOCKED_ROW_GRAD_DEVIATES = {"keras-torch": "dq dk dv", "hf-eager": "dq dk"}
+# Libraries that block with a finite fill ADDED to the scores declare it (blocked_fill=add:...): a row
+# blocked entirely is then uniform (the mean of V) and autograd passes its dS to dq and dk, which the
+# reference follows (reference_vjp's added_fill). Where the gradient is still not that, it is a real
+# deviation (an expectations file lists it), pinned both ways here, so a release that fixes it fails:
+# torch's CPU flash backward, under keras-torch, recomputes such a row's weights from its lse in
+# float32, where log(S) is lost against the fill: each weight 1 instead of 1/S (dq, dk and dv S times).
+BLOCKED_ROW_GRAD_DEVIATES = {"keras-torch": "dq dk dv"}
 
 
-# Libraries whose boolean-mask fill of a row blocked entirely depends on the dtype, which no declaration
-# says (their expectations files list the dtype): hf-eager's finfo(float64).min becomes -inf in its
-# float32 softmax, so float64 rows are NaN while the other dtypes give the declared mean of V.
+# Where the boolean-mask fill of a row blocked entirely depends on the dtype: hf-eager's declared fill,
+# finfo(dtype).min added (blocked_fill=add:min), is -inf in float64 once its float32 softmax meets it
+# (float64_computed_as=float32), so float64 rows are NaN while the other dtypes give the mean of V.
 BOOL_ROW_POLICY_IN = {"hf-eager": {"float64": "nan"}}
 
 
@@ -364,7 +368,8 @@ def test_all_blocked_rows_bool_mask(adapter):
         g = np.random.default_rng(8).standard_normal(case.out_shape).astype(np_dtype(dtype))
         grads = adapter.vjp(case, g)
         deviates = BLOCKED_ROW_GRAD_DEVIATES.get(adapter.name, "")
-        for name, got, want in zip("qkv", grads, reference_vjp(case, g, all_blocked=policy)):
+        added = adapter.declaration.blocked_fill.startswith("add:")
+        for name, got, want in zip("qkv", grads, reference_vjp(case, g, all_blocked=policy, added_fill=added)):
             assert np.all(np.isfinite(np.asarray(got, dtype=np.float64))), f"d{name} not finite"
             if f"d{name}" in deviates:
                 assert max_err(got, want) > grad_tol(adapter, dtype), (
@@ -426,6 +431,114 @@ def test_causal_with_bool_mask_combined(adapter):
         assert max_err(out, reference(case, declared)) > 0.1, "is_causal is applied with a mask now"
         return
     assert_close(adapter.forward(case), reference(case, declared), fwd_tol(adapter, dtype), "causal + mask")
+
+
+# ---------------------------------------------------------------------------------------------
+# Formulations (Declaration.float16_computed_as ... blocked_fill), each re-measured against an emulation
+# written here from the formulation's description (not conformance/oracle_formulations.py)
+
+
+def _rnd(x, dtype: str) -> np.ndarray:
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.asarray(x, dtype=np.float64).astype(np_dtype(dtype)).astype(np.float64)
+
+
+def _declared_scores(adapter, case: Case) -> np.ndarray:
+    """The scores the declared low-precision formulation forms: the product rounded to the input dtype
+    (``-products``, ``-sums``), the scale inside it (``scale_applied=product``: one rounding), after it
+    in float32, or after it in the input dtype too (``-scores``); Q times the scale as a number of the
+    input dtype first (``scale_applied=query``)."""
+    decl, dt = adapter.declaration, case.dtype
+    how = decl.computed_as(dt)
+    q = case.query.astype(np.float64)
+    k = _expand_kv(case.key.astype(np.float64), case.Hq)
+    sc = case.effective_scale
+    if decl.scale_applied == "query":
+        q, sc = _rnd(q * _rnd(sc, dt), dt), 1.0
+    raw = q @ np.swapaxes(k, -1, -2)
+    if how == "float32":
+        return raw * sc
+    if decl.scale_applied == "product":
+        return _rnd(np.float32(sc) * raw, dt)
+    s = _rnd(raw, dt) * sc
+    return _rnd(s, dt) if how.endswith("-scores") else s
+
+
+def _softmax(s: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore", over="ignore"):
+        e = np.exp(s - s.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
+
+
+def test_declared_low_precision_formulation(adapter):
+    """float16 / bfloat16: the weights (V = I) are the declared formulation's rounded softmax, bitwise on
+    nearly every element; the spec's upcast where none is declared (and no NaN where the product of a
+    large-logits case passes 65504). Pinned both ways: a library that changes either fails here."""
+    low = [d for d in ("float16", "bfloat16") if d in adapter.declaration.dtypes]
+    if not low:
+        pytest.skip(f"{adapter.name} declares no float16 or bfloat16")
+    for dt in low:
+        S = 24
+        case = make_case(dt, B=1, Hq=2, T=8, S=S, Dk=S, seed=20)
+        case = case.replace(
+            value=np.ascontiguousarray(np.broadcast_to(np.eye(S), case.value.shape).astype(np_dtype(dt)))
+        )
+        w = np.asarray(adapter.forward(case), dtype=np.float64)
+        how = adapter.declaration.computed_as(dt)
+        big = make_case(dt, B=1, Hq=1, T=1, S=8, Dk=64, seed=21)
+        big = big.replace(query=np.full_like(big.query, 32), key=np.full_like(big.key, 32))  # q.k = 65536
+        out_big = np.asarray(adapter.forward(big), dtype=np.float64)
+        if how == "float32":
+            assert_close(w, reference(case), FWD_TOL[dt], f"{dt} weights (the spec's upcast)")
+            assert np.all(np.isfinite(out_big)), f"{dt}: q.k = 65536 gives NaN: the product is not upcast"
+            continue
+        want = _rnd(_softmax(_declared_scores(adapter, case)), dt)
+        same = float(np.mean(w == want))
+        assert same >= 0.99, f"{dt}: weights equal the declared {how} formulation's on {same:.1%} only"
+        overflow = ~np.isfinite(_declared_scores(adapter, big)).all(axis=-1)
+        assert np.array_equal(np.isnan(out_big).any(axis=-1), overflow), f"{dt}: NaN rows not the formulation's"
+
+
+def _fill_value(adapter, dtype: str) -> float:
+    _, _, name = adapter.declaration.blocked_fill.partition(":")
+    top = float(np.finfo(np_dtype(dtype)).max)
+    if name == "min":
+        return -top
+    if name == "-0.7max":
+        return float(_rnd(-0.7 * min(top, float(np.finfo(np.float32).max)), dtype))
+    if name == "-0.7max-float32":
+        return float(_rnd(-0.7 * float(np.finfo(np.float32).max), "float32"))
+    return float(name)
+
+
+def test_declared_fill(adapter):
+    """A declared finite fill: a row blocked entirely is the softmax of its filled scores (in float16,
+    where -0.7 x 65504 added in float32 keeps the scores' structure, not the mean of V); under a set
+    fill, a row blocked by the mask and by -inf together is uniform over the masked keys alone."""
+    decl = adapter.declaration
+    requires(adapter, "bool_mask")
+    if decl.blocked_fill == "-inf":
+        pytest.skip(f"{adapter.name} declares -inf (test_all_blocked_rows_bool_mask measures it)")
+    mode = decl.blocked_fill.split(":")[0]
+    for dt in [d for d in ("float16", "float32") if d in decl.dtypes]:
+        case = _all_blocked_case(adapter, dt, "bool")
+        out = np.asarray(adapter.forward(case), dtype=np.float64)[:, :, 3]
+        s = _declared_scores(adapter, case)[:, :, 3]
+        fill = _fill_value(adapter, dt)
+        scores_in = dt if decl.computed_as(dt).endswith("-scores") else "float32"
+        filled = np.full_like(s, fill) if mode == "set" else _rnd(s + fill, scores_in)
+        want = np.einsum("bhs,bhsd->bhd", _softmax(filled), _expand_kv(case.value.astype(np.float64), case.Hq))
+        assert_close(out, want, FWD_TOL[dt], f"{dt} row blocked entirely under blocked_fill={decl.blocked_fill}")
+    if mode == "set" and decl.float_mask and not decl.masks_combined:
+        dt = "float32"
+        mask = np.zeros((16, 16), dtype=bool)
+        mask[3, 8:] = True
+        bias = np.zeros((16, 16))
+        bias[3, :8] = -np.inf
+        case = make_case(dt, T=16, S=16, Dk=64, seed=22, mask=mask, bias=bias)
+        row = np.asarray(adapter.forward(case), dtype=np.float64)[:, :, 3]
+        v = _expand_kv(case.value.astype(np.float64), case.Hq)
+        assert_close(row, v[:, :, 8:].mean(axis=2), FWD_TOL[dt], "mask + -inf row: the mean of the masked keys' V")
 
 
 # ---------------------------------------------------------------------------------------------
