@@ -37,7 +37,9 @@ its declared zeros or NaN); ``Forward.blocked`` the blocked keys whose weight is
 
 Variant cases (window, softcap, ALiBi, sinks, variable lengths) are judged by
 :mod:`conformance.oracle_variants` unchanged: a formulation applies to the seed's SDPA cases.
-Imports the contract and the oracle only, like the oracle itself.
+Imports the contract and the oracle only, like the oracle itself. Longer than 250 lines because it is
+one definition: which formulation a declaration makes of a case, the roundings it names, and the
+forward and VJP that apply them must be read together against the docstring above.
 """
 
 from __future__ import annotations

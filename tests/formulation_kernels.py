@@ -27,6 +27,8 @@ form-ring-merge                 ring attention: keys in 4 blocks merged by out -
 ``with_bug`` adds one more departure to a kernel (a mask off by one key; the backward's scale 1 %
 off), ``approximate`` one that only approximately follows the formulation (noise of a few units of
 the formulation's precision on the scores; another fill value). tests/test_formulations.py runs them.
+Longer than 250 lines because it is one catalogue: the kernels share one forward and backward whose
+roundings each subclass switches on, and must sit side by side to be compared.
 """
 
 from __future__ import annotations

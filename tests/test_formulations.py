@@ -10,7 +10,8 @@ formulation as a deviation. (d) Likely causes name one precision across dtypes.
 
 The default (ci) run keeps to single clauses and discovery (a few seconds); the thorough profile
 (``--conformance-profile=thorough``) runs every ci clause on every kernel, each bug and approximation
-on every clause, and ``--discover`` certifications to CONFORMS AS DECLARED.
+on every clause, and ``--discover`` certifications to CONFORMS AS DECLARED. Longer than 250 lines
+because the four parts test one feature end to end and share the kernels' tables.
 """
 
 from __future__ import annotations

@@ -23,6 +23,10 @@ and a finding says what was measured. Each probe calls the kernel once per witne
   blocked key scoring +25000 beside visible ones near -25000 (-0.7 x 65504 added leaves it on top).
 * ``normwise_merges``: a row with one dominant key (the last) and weights near 1e-14 read through
   V = I; the fewest merges whose absolute allowance admits the kernel's tiny weights.
+
+Longer than 250 lines because it is one job, four probes sharing one matching rule (``worst``,
+``_choose``), each probe's witnesses written beside it so that what sets the candidates apart can be
+read with the candidates.
 """
 
 from __future__ import annotations
