@@ -74,6 +74,8 @@ def test_every_field_parses_from_declare_and_refuses_nonsense():
 def test_each_formulation_is_a_deviation_with_its_sentence():
     assert deviations(Declaration()) == []
     assert deviations(Declaration(scale_applied="product")) == []  # the GEMM's alpha: no rounding by itself
+    filled = deviations(Declaration(all_blocked="mean-v", blocked_fill="set:min"))
+    assert [d.field for d in filled] == ["blocked_fill"] and "mean of V" in filled[0].what  # listed once
     cases = {
         "float32_computed_as": ("bfloat16", "禁用外层 autocast 对这里矩阵乘法的降精度"),
         "float16_computed_as": ("float16-products", "转为 float32 后才计算点积和 softmax"),

@@ -15,7 +15,8 @@ each value below with the spec sentence it departs from (harness.records.verdict
   ``bfloat16_computed_as`` ``-products`` / ``-scores``; ``scale_applied="query"``, Q scaled in the
   input dtype before the upcast).
 * 000 §3: blocked positions get -inf; a finite number "is not strictly equivalent to blocking"
-  (``blocked_fill``).
+  (``blocked_fill``; the mean of V it gives a row blocked entirely is listed with it, not again as
+  ``all_blocked=mean-v``, which 000 §8's zero rows would otherwise list).
 * 003 "逐步推导": each weight is exp(s_ij - m_i) over its row's sum, so its error is relative to
   itself; a merge whose error is relative to the output's norm departs from it (``normwise_merges``).
 
@@ -88,7 +89,8 @@ _FILL = {"nan": "NaN", "mean-v": "the mean of V"}
 RULES: tuple[tuple[str, Callable[[Declaration], bool], Callable[[Declaration], str], Source], ...] = (
     (
         "all_blocked",
-        lambda d: d.all_blocked != "zeros",
+        # under a declared finite fill the mean of V is what the fill gives: listed with the fill
+        lambda d: d.all_blocked != "zeros" and not (d.all_blocked == "mean-v" and d.blocked_fill != "-inf"),
         lambda d: f"a row whose keys a boolean mask blocks entirely gets {_FILL.get(d.all_blocked, d.all_blocked)}",
         ALL_BLOCKED_ZERO,
     ),
@@ -160,7 +162,10 @@ def _lowp_what(dtype: str, how: str) -> str:
 def _fill_what(fill: str) -> str:
     mode, _, value = fill.partition(":")
     where = "added to" if mode == "add" else "in place of"
-    return f"blocked keys get the finite {value} {where} their scores, not -inf"
+    return (
+        f"blocked keys get the finite {value} {where} their scores, not -inf: a row blocked entirely gets "
+        "what the fill gives (the mean of V where it swamps the scores)"
+    )
 
 
 def deviations(declaration: Declaration) -> list[Deviation]:
