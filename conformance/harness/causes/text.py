@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 
-from conformance.harness.causes.conventions import FINITE_FILL, in_units
+from conformance.harness.causes.conventions import CAUSAL_IGNORED, FINITE_FILL, in_units
 
 # What a matched convention (or a feature without one) most likely means, in a few words.
 _HINTS = {
@@ -24,6 +24,7 @@ _HINTS = {
     "all_blocked_float_mask=zeros": "rows of -inf in a float mask give zeros",
     FINITE_FILL: "rows blocked entirely give the softmax over every key: blocked keys get a finite fill "
     "(e.g. -1e4) instead of -inf (000 §7.3)?",
+    CAUSAL_IGNORED: "is_causal ignored: the output is that of the same case without causal?",
 }
 _FEATURE_HINTS = {
     "|QK^T| > 65504 (float16 max)": "QK^T overflows float16: not upcast before QK^T (000 §8)?",
@@ -47,6 +48,7 @@ _ABOUT = {
     "all_blocked": ("row blocked entirely",),
     "all_blocked_float_mask": ("row blocked entirely",),
     FINITE_FILL: ("row blocked entirely",),
+    CAUSAL_IGNORED: ("causal",),
 }
 
 

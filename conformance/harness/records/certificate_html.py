@@ -18,6 +18,7 @@ from pathlib import Path
 
 from conformance.contract import DTYPES
 from conformance.harness.perf import charts as perf_charts
+from conformance.harness.records.certificate_markdown import expectation_run
 from conformance.harness.records.html_parts import esc, inline_svg, page, table
 from conformance.harness.records.perf_html import perf_section
 
@@ -28,7 +29,6 @@ _OUTCOME_CLASS = {
     "not run": "nr",
     "not in profile": "nr",
     "expected failure": "warn",
-    "stale expectation": "bad",
 }
 _VERDICT_CLASS = {
     "CONFORMS": "ok",
@@ -137,28 +137,18 @@ def _deviations_and_expectations(a: dict) -> list[str]:
         parts.append(table(["field", "value", "what the kernel does", "departs from"], rows))
     exp = a.get("expectations") or {}
     if exp.get("file"):
-        parts.append(f"<h2>Expected failures</h2><p>Expectations file: <code>{esc(exp['file'])}</code></p>")
+        parts.append(
+            f"<h2>Known causes (expected failures)</h2><p>Expectations file: <code>{esc(exp['file'])}</code></p>"
+        )
         if exp.get("error"):
             parts.append(f"<p class='bad'>Could not be read: {esc(exp['error'])}</p>")
-        hits: dict[str, list[str]] = {}
-        for key, word in (("expected_failures", "failed as expected"), ("stale", "STALE: passed")):
-            for r in exp.get(key, []):
-                hits.setdefault(r["clause"], []).append(f"{word} ({r['dtype'] or 'no dtype axis'})")
-        rows, classes = [], []
-        for e in exp.get("entries", []):
-            run = hits.get(e["clause"], [])
-            rows.append(
-                [
-                    e["clause"],
-                    ", ".join(e["dtypes"] or ["all"]),
-                    e["reason"],
-                    e["evidence"],
-                    e.get("link") or "",
-                    "; ".join(run) or "not run or not applicable",
-                ]
-            )
-            classes.append("bad" if any(r.startswith("STALE") for r in run) else "")
-        parts.append(table(["clause", "dtypes", "reason", "evidence", "link", "this run"], rows, classes))
+        entries = exp.get("entries", [])
+        rows = [
+            [e["behaviour"], e["when_text"], e["reason"], e["evidence"], e.get("link") or "", expectation_run(e)]
+            for e in entries
+        ]
+        classes = ["bad" if e.get("status") == "stale" else "" for e in entries]
+        parts.append(table(["behaviour", "when", "reason", "evidence", "link", "this run"], rows, classes))
     return parts
 
 

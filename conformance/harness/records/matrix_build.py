@@ -32,7 +32,6 @@ CELL_WORDS: dict[str, tuple[str, str]] = {
     "pass": ("pass", "ok"),
     "fail": ("fail", "bad"),
     "expected failure": ("expected failure", "xfail"),
-    "stale expectation": ("stale expectation", "bad"),
     "not applicable": ("n/a", "na"),
     "not run": ("not run", "nr"),
     "skipped": ("skipped", "nr"),
@@ -60,7 +59,7 @@ class TestRef:
 @dataclass(frozen=True)
 class Cell:
     outcome: str  # the certificate's word ("pass", "fail", "not applicable", ...) or "-"
-    word: str  # as shown: pass / fail / expected failure / stale expectation / n/a / not run / -
+    word: str  # as shown: pass / fail / expected failure / n/a / not run / -
     kind: str  # ok / bad / xfail / na / nr
     reason: str  # the certificate's detail, or the expectation's reason
     message: str = ""  # the first failure's message, for a failing cell
@@ -155,12 +154,7 @@ def _cell(cid: str, cl: dict | None, entry: dict, spec: str, cmd: str) -> Cell:
     if kind not in ("bad", "xfail"):
         return Cell(outcome, word, kind, reason, "", cmd)
     expectations = entry.get("expectations") or {}
-    listed = [
-        e
-        for key in ("expected_failures", "stale")
-        for e in expectations.get(key) or []
-        if isinstance(e, dict) and e.get("clause") == cid
-    ]
+    listed = [e for e in expectations.get("expected_failures") or [] if isinstance(e, dict) and e.get("clause") == cid]
     why = sorted({str(e["reason"]) for e in listed if e.get("reason")})
     if why:
         reason += " — expected because: " + " / ".join(why)

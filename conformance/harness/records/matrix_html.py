@@ -100,8 +100,9 @@ def render(matrix: Matrix, command_line: str = "") -> str:
     parts.append(
         "<p class='muted'>A row per clause (an executable sentence of the spec) under the section of the seed "
         "it enforces; hover or expand a clause for its sentence. A column per adapter. <b>pass</b>: passed in "
-        "every dtype it applies to; <b>fail</b>: failed (dtypes in the cell); <b>expected failure</b>: a known "
-        "deviation listed in the adapter's expectations; <b>stale expectation</b>: listed there but passing; "
+        "every dtype it applies to; <b>fail</b>: failed (dtypes in the cell); <b>expected failure</b>: failed "
+        "as a known cause of the adapter's expectations file explains (the column's notes name the causes; a stale one "
+        "fails the verdict); "
         "<b>n/a</b>: the declaration rules the clause out; <b>not run</b>: no result in this run. Expand a cell "
         "for its reason and the command that reruns the row on that adapter.</p>"
     )

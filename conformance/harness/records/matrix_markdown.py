@@ -64,10 +64,10 @@ def render(matrix: Matrix, command_line: str = "") -> str:
     out.append(
         "One row per clause (an executable sentence of the spec), grouped by the section of the seed it "
         "enforces; one column per adapter. **pass**: passed in every dtype it applies to; **FAIL** (dtypes); "
-        "**expected failure**: a known deviation listed in the adapter's expectations; **stale expectation**: "
-        "listed there but now passing; **n/a**: the adapter's declaration rules the clause out (reason "
-        "given); **not run**: no result in this run. Every cell is rerun by the command under "
-        "*Reproduce* with the row's clause test.\n"
+        "**expected failure**: failed as a known cause of the adapter's expectations file explains (the "
+        "verdict lines name the causes; a stale cause fails the verdict); **n/a**: the adapter's declaration "
+        "rules the clause out (reason given); **not run**: no result in this run. Every cell is rerun by the "
+        "command under *Reproduce* with the row's clause test.\n"
     )
     out.append("## Verdicts\n")
     out.append("| adapter | library | device | verdict | coverage | likely causes |\n|---|---|---|---|---|---|")

@@ -163,7 +163,8 @@ def build(config: pytest.Config) -> dict:
             "cases_refused": v.cases_refused if v is not None else 0,
             "not_in_profile": v.not_in_profile if v is not None else [],
             "expected_failures": len(v.clauses_expected) if v is not None else 0,
-            "stale_expectations": len(v.clauses_stale) if v is not None else 0,
+            "expected_causes": sorted(v.causes_expected) if v is not None else [],
+            "stale_expectations": len(v.causes_stale) if v is not None else 0,
         }
         entry.update(
             name=impl.name,

@@ -17,11 +17,14 @@ class ClauseViolation(AssertionError):
 
     ``measure`` holds the numbers of the mismatch report the message carries (``mismatch_report``):
     part of what ``harness.causes.likely`` groups failures by. None for a violation that is not a numeric
-    comparison.
+    comparison. ``call`` names the guarded call that showed it ("forward", "vjp", ...) where the clause
+    knows it and the call may no longer be among the adapter's recent ones (a clause that checks many
+    cases before it reports); None: the last call on ``case`` says.
     """
 
-    def __init__(self, message: str, case: Case | None = None):
+    def __init__(self, message: str, case: Case | None = None, call: str | None = None):
         self.case = case
+        self.call = call
         self.measure = _claim_measure(str(message))
         text = message if case is None else f"{message}\n  case: {case.describe()}"
         super().__init__(text)
