@@ -107,6 +107,13 @@ def test_svg_charts_are_well_formed():
         perf_svg.dot_chart(
             "t", [("X-01", [("float32", 0.5), ("float16", 0.0)])], colors={"float32": "#000"}, xlabel="r"
         ),
+        # a failing kernel's ratios: against a zero allowance they are 1e300, inf or NaN
+        perf_svg.dot_chart(
+            "t",
+            [("X-01", [("float32", 1e300), ("float16", float("inf")), ("bfloat16", float("nan"))])],
+            colors={"float32": "#000"},
+            xlabel="r",
+        ),
     ):
         root = ET.fromstring(svg)
         assert root.tag.endswith("svg") and "http" not in svg.replace("http://www.w3.org/2000/svg", "")
