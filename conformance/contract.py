@@ -17,7 +17,11 @@ An adapter is any object with:
     def forward_with_lse(self, case) -> (out, lse)                   # only if returns_lse; lse [B, Hq, T]
 
 The declaration says what the kernel supports and which conventions it follows; the suite selects
-clauses from it and tests every declared convention *as declared*.
+clauses from it and tests every declared convention *as declared*. Optionally, an adapter of a
+library names the releases its declaration and expectations were measured with; when the installed
+release differs, the verdict line says so:
+
+    measured_with: dict[str, str]                                    # e.g. {"keras": "3.15.1"}
 
 The module is longer than the protocol above because ``Case`` and ``Declaration`` are the whole
 vocabulary shared by adapters and the suite (every field documented where it is defined, with its

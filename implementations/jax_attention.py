@@ -223,6 +223,9 @@ class JaxAttention:
         self.name = name
         self.implementation = implementation
         self.declaration = declaration
+        # The releases its declaration and regression baseline were measured with (constraints.txt pins them);
+        # the verdict line names an installed release that differs. cuDNN is not yet run on a CUDA device.
+        self.measured_with = {"jax": "0.10.2", "jaxlib": "0.10.2"} if implementation == "xla" else {}
 
     def __repr__(self) -> str:
         return f"JaxAttention({self.name!r}, implementation={self.implementation!r})"

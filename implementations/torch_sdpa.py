@@ -128,6 +128,9 @@ class TorchSDPA:
         self.device = device
         self.backend = backend
         self._unavailable: str | None | bool = False  # False = not probed yet
+        # The release its CPU declarations and regression baselines were measured with (constraints.txt pins
+        # it); the verdict line names an installed release that differs. The CUDA adapters are not yet run.
+        self.measured_with = {"torch": "2.13.0"} if device == "cpu" else {}
 
     def __repr__(self) -> str:
         return f"TorchSDPA({self.name!r}, device={self.device!r}, backend={self.backend})"

@@ -47,9 +47,10 @@ def render(doc: dict) -> str:
         parts.append(f"<h1>SDPA conformance certificate: <code>{esc(spec)}</code></h1>")
         word = a.get("verdict", "NOT RUN")
         cov = a.get("coverage") or {}
+        drift = (a.get("environment") or {}).get("version_drift")  # the kernel's library is not the measured release
         parts.append(
             f"<p><span class='badge {_VERDICT_CLASS.get(word, 'nr')}'>{esc(word)}</span> "
-            f"{esc(cov.get('summary', a.get('reason', '')))}</p>"
+            f"{esc(cov.get('summary', a.get('reason', '')))}{esc(f'; {drift}' if drift else '')}</p>"
         )
         if cov.get("details"):
             parts.append("<ul>" + "".join(f"<li>{esc(d)}</li>" for d in cov["details"]) + "</ul>")

@@ -60,7 +60,8 @@ def render_markdown(doc: dict) -> str:
             out.append(f"**Verdict: NOT RUN** ({a.get('reason', '')})\n")
             continue
         cov = a.get("coverage") or {}
-        out.append(f"**Verdict: {a['verdict']}**: {cov.get('summary', '')}.\n")
+        drift = (a.get("environment") or {}).get("version_drift")  # the kernel's library is not the measured release
+        out.append(f"**Verdict: {a['verdict']}**: {cov.get('summary', '')}{f'; {drift}' if drift else ''}.\n")
         out += [f"- {line}" for line in cov.get("details", [])]
         if cov.get("details"):
             out.append("")
