@@ -62,7 +62,7 @@ Variants (issue 12), passed through jax's own arguments and measured against the
   declared ``lse_empty='large-negative'``.
 * no softcap, ALiBi, paged cache or appended keys: not applicable by declaration.
 
-``cudnn`` is GPU only and not measured here (no GPU in the session that wrote it).
+``cudnn`` is GPU only and not yet run on a CUDA device.
 
 Longer than 250 lines because each translation step above is needed by the forward, the VJP and
 the variants alike, and is written once here.

@@ -88,6 +88,6 @@ def test_a_causal_misalignment_is_drawn_in_the_certificate_and_the_matrix(
 
     out = tmp_path / "matrix"
     assert matrix.main(["--out", str(out), "--certificates", str(cert.with_suffix(".json"))]) == 0
-    drawn = list((out / "pictures").glob("*CAUSAL-ALIGN-02.svg"))
-    assert len(drawn) == 1 and f"(pictures/{drawn[0].name})" in (out / "matrix.md").read_text()
+    drawn = list((out / "failing-cases").glob("*CAUSAL-ALIGN-02.svg"))
+    assert len(drawn) == 1 and f"(failing-cases/{drawn[0].name})" in (out / "matrix.md").read_text()
     assert "first failing case" in (out / "matrix.html").read_text()

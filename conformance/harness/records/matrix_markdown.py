@@ -47,7 +47,7 @@ def fenced(s: object) -> str:
     return f"{fence}text\n{t}\n{fence}"
 
 
-PICTURES = "pictures"  # the folder beside matrix.md that holds the failing cases' SVGs
+PICTURES = "failing-cases"  # the folder beside matrix.md that holds the failing cases' SVGs
 
 
 def picture_path(col: Column, row: Row) -> str:
