@@ -362,7 +362,7 @@ class Declaration:
     paged_kv: bool = False
     page_size_multiple: int | None = None
     kv_append: bool = False
-    # Performance claims (issue 11; tested by the perf profile's clauses, conformance/clauses/test_perf.py):
+    # Performance claims (tested by the perf profile's clauses, conformance/clauses/test_perf.py):
     # ``memory_scaling``: how the forward's peak extra memory grows with S at T = S ("linear": the
     # T x S matrix is never stored, FlashAttention-style; None: not claimed, measured and reported).
     # ``backend``: the kernel the adapter claims runs (e.g. "flash", "math", "cudnn", "xla"), which

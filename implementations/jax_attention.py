@@ -46,7 +46,7 @@ Measured on this machine (jax 0.10.2 CPU; tests/test_adapter_declarations.py re-
   float64 reference. This is declared as ``float64_computed_as='float32'``: float64 cases are held
   to the float32 tolerance rule, and the certificate shows the declaration.
 
-Variants (issue 12), passed through jax's own arguments and measured against the variant oracle:
+Variants, passed through jax's own arguments and measured against the variant oracle:
 
 * ``local_window_size=(left, right)``: query i sees keys ``i - left ... i + right``, aligned
   top-left like its ``is_causal`` (no ``S - T`` offset), united with ``is_causal``; jax has no

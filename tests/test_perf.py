@@ -1,4 +1,4 @@
-"""Self-tests of the performance profile (issue 11): its measuring parts, and one end-to-end run.
+"""Self-tests of the performance profile: its measuring parts, and one end-to-end run.
 
 The end-to-end run uses the ``tiny`` grid (a few seconds): ``--conformance-perf`` on the NumPy
 kernel and on a mutant whose outputs are wrong must write perf.json with the promised fields, the

@@ -183,13 +183,13 @@ def build(config: pytest.Config) -> dict:
             error_stats_source=stats_source,
             baseline={k: v for k, v in base.items() if k != "per_dtype"} or None,
         )
-        entry["perf"] = perf.certificate_section(config, spec)  # issue 11: perf data and error ratios
+        entry["perf"] = perf.certificate_section(config, spec)  # perf data and error ratios
         entry["space_coverage"] = coverage_tables.cells_table(
             space_coverage.counts(config).get(spec, {}), impl.declaration
         )
         entry["pair_coverage"] = pair_coverage.table(config, spec, impl.declaration)
         entry["discovery"] = state.discovered.get(spec)  # --discover: what was measured, and the findings
-        entry["likely_causes"] = _likely_causes(state.results, spec)  # issue 18: failures grouped by cause
+        entry["likely_causes"] = _likely_causes(state.results, spec)  # failures grouped by cause
         doc["adapters"][spec] = entry
     return doc
 
