@@ -20,7 +20,8 @@ What it writes, from the repository root:
   the verdict lines of that page, which ``tests/test_doc_assets.py`` compares with the committed
   pages and the current clause list (a screenshot cannot be read; its record can).
 
-Screenshots use Debian's chromium (``apt-get install -y chromium``) through
+Screenshots use Debian's chromium and a font with the spec's Chinese characters (``apt-get install -y
+chromium fonts-wqy-zenhei``) through
 ``scripts/matrix_screenshot.sh``: headless, off the network, a throwaway profile. Work files go to
 ``out/`` (git-ignored).
 """

@@ -58,6 +58,8 @@ def work_log_words(root: Path) -> list[str]:
     found = []
     for path in read_by_users(root):
         text = path.read_text(encoding="utf-8")
+        if not WORDS.search(text):  # most files: nothing to look at more closely
+            continue
         lines = _python_prose(text) if path.suffix == ".py" else list(enumerate(text.splitlines(), 1))
         for n, line in lines:
             found += [
