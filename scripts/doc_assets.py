@@ -93,10 +93,20 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--no-matrix", action="store_true", help="keep the committed matrix and its screenshots")
     ap.add_argument("--jobs", default="2", help="the matrix's parallel certifications (default 2)")
+    ap.add_argument(
+        "--screenshots-only", action="store_true", help="retake the screenshots of the pages written by the last run"
+    )
     args = ap.parse_args(argv)
     py = sys.executable
     OUT.mkdir(exist_ok=True)
     manifest = json.loads(MANIFEST.read_text()) if MANIFEST.is_file() else {}
+    if args.screenshots_only:
+        for png, rec in manifest.items():
+            page = ROOT / rec["page"].split(" (")[0]
+            page = OUT / "matrix" / "matrix.html" if png == "docs/matrix-html.png" else page
+            manifest[png] = {**screenshot(page, ROOT / png, rec["window"]), "page": rec["page"]}
+        MANIFEST.write_text(json.dumps(dict(sorted(manifest.items())), indent=1, ensure_ascii=False) + "\n")
+        return 0
     (DOCS / "clauses.md").write_text(subprocess.check_output([py, "-m", "conformance.catalog"], cwd=ROOT, text=True))
     (DOCS / "architecture.svg").write_text(
         subprocess.check_output([py, "scripts/architecture.py"], cwd=ROOT, text=True)
