@@ -147,5 +147,5 @@ def test_golden(impl, dtype):
             f"{len(names)} of {checked} golden fixtures checked in {dtype} disagree with their stored answers "
             f"({golden_dir()}): {', '.join(names)}\n{detail}{more}",
             case,
-            call,
+            call=call,
         )

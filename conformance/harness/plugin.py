@@ -29,6 +29,7 @@ from conformance.harness.run import (
     ordering,
     pair_coverage,
     perf,
+    quiet_summary,
     runstate,
     selfdefense,
     summary,
@@ -48,6 +49,7 @@ SUBPLUGINS = (
     ordering,
     perf,
     expectations_plugin,
+    quiet_summary,
 )
 
 

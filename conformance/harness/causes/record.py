@@ -41,6 +41,7 @@ def failure_record(impl: Any, exc: BaseException | None) -> dict:
     """What a failing clause test tells about its cause (JSON-sized): the failing case's features,
     the call, the measured error and the matching conventions."""
     from conformance.harness.causes import conventions as conv
+    from conformance.harness.causes import picture
 
     exc = _violation(exc)
     case = getattr(exc, "case", None)
@@ -78,6 +79,7 @@ def failure_record(impl: Any, exc: BaseException | None) -> dict:
         "measure": {k: _json_number(v) for k, v in measure.items()} if measure else None,
         "matches": matches,
         "checked": checked,
+        "picture": picture.record(exc, decl),  # the failing case drawn in the certificate and the matrix
     }
 
 

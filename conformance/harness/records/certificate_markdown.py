@@ -59,7 +59,8 @@ def render_markdown(doc: dict) -> str:
             out.append(f"**Verdict: NOT RUN** ({a.get('reason', '')})\n")
             continue
         cov = a.get("coverage") or {}
-        out.append(f"**Verdict: {a['verdict']}**: {cov.get('summary', '')}.\n")
+        drift = (a.get("environment") or {}).get("version_drift")  # the kernel's library is not the measured release
+        out.append(f"**Verdict: {a['verdict']}**: {cov.get('summary', '')}{f'; {drift}' if drift else ''}.\n")
         out += [f"- {line}" for line in cov.get("details", [])]
         if cov.get("details"):
             out.append("")
@@ -93,7 +94,7 @@ def render_markdown(doc: dict) -> str:
         out.append("\n## Clauses\n\n| clause | result | detail | what it checks |\n|---|---|---|---|")
         for cid, cl in a["clauses"].items():
             out.append(f"| {cid} | {outcome_cell(cl['outcome'])} | {_esc(cl['detail'])} | {_esc(cl['title'])} |")
-        out += causes_text.markdown(a.get("likely_causes"))  # issue 18: failures grouped by cause
+        out += causes_text.markdown(a.get("likely_causes"))  # failures grouped by cause
         if a.get("space_coverage"):
             out += coverage_tables.cells_markdown(a["space_coverage"])
         if a.get("pair_coverage"):

@@ -64,6 +64,7 @@ class Cell:
     reason: str  # the certificate's detail, or the expectation's reason
     message: str = ""  # the first failure's message, for a failing cell
     command: str = ""  # reruns this clause on this adapter
+    picture: dict | None = field(default=None, compare=False, hash=False)  # the first failing case (causes.picture)
 
     @property
     def brief(self) -> str:
@@ -161,7 +162,8 @@ def _cell(cid: str, cl: dict | None, entry: dict, spec: str, cmd: str) -> Cell:
     messages = [str(r.get("message") or "") for r in listed] + [
         str(f.get("message") or "") for f in entry.get("failures") or [] if f.get("clause") == cid
     ]
-    return Cell(outcome, word, kind, reason, next((m.strip() for m in messages if m.strip()), ""), cmd)
+    message = next((m.strip() for m in messages if m.strip()), "")
+    return Cell(outcome, word, kind, reason, message, cmd, cl.get("picture") or None)
 
 
 def build_matrix(certificates: list[tuple[str, dict]], pyargs: bool = False) -> Matrix:

@@ -117,6 +117,9 @@ def column_notes(entry: dict) -> tuple[tuple[str, str], ...]:
             notes.append((short, whole))
         else:
             notes.append(("declared deviation: " + _record_text(d),) * 2)
+    drift = (entry.get("environment") or {}).get("version_drift")  # a library release other than the measured one
+    if drift:
+        notes.append((str(drift), str(drift)))
     found = entry.get("discovery")  # pytest --discover: the declaration was measured, not written
     if isinstance(found, dict):
         declared = " ".join(f"--declare {a}" for a in found.get("declare") or []) or "nothing differed"
