@@ -17,7 +17,11 @@ An adapter is any object with:
     def forward_with_lse(self, case) -> (out, lse)                   # only if returns_lse; lse [B, Hq, T]
 
 The declaration says what the kernel supports and which conventions it follows; the suite selects
-clauses from it and tests every declared convention *as declared*.
+clauses from it and tests every declared convention *as declared*. Optionally, an adapter of a
+library names the releases its declaration and expectations were measured with; when the installed
+release differs, the verdict line says so:
+
+    measured_with: dict[str, str]                                    # e.g. {"keras": "3.15.1"}
 
 The module is longer than the protocol above because ``Case`` and ``Declaration`` are the whole
 vocabulary shared by adapters and the suite (every field documented where it is defined, with its
@@ -400,7 +404,7 @@ class Declaration:
     paged_kv: bool = False
     page_size_multiple: int | None = None
     kv_append: bool = False
-    # Performance claims (issue 11; tested by the perf profile's clauses, conformance/clauses/test_perf.py):
+    # Performance claims (tested by the perf profile's clauses, conformance/clauses/test_perf.py):
     # ``memory_scaling``: how the forward's peak extra memory grows with S at T = S ("linear": the
     # T x S matrix is never stored, FlashAttention-style; None: not claimed, measured and reported).
     # ``backend``: the kernel the adapter claims runs (e.g. "flash", "math", "cudnn", "xla"), which

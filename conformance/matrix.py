@@ -22,6 +22,7 @@ import argparse
 import json
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -166,6 +167,10 @@ def main(argv: list[str] | None = None) -> int:
     matrix = build_matrix(load(paths + list(args.certificates)), pyargs=root is None)
     matrix.unavailable += unavailable + problems
     (out / "matrix.md").write_text(matrix_markdown.render(matrix, shown), encoding="utf-8")
+    shutil.rmtree(out / matrix_markdown.PICTURES, ignore_errors=True)  # no stale picture of a passing cell
+    for rel, svg in matrix_markdown.pictures(matrix).items():
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out / rel).write_text(svg, encoding="utf-8")
     (out / "matrix.html").write_text(matrix_html.render(matrix, shown), encoding="utf-8")
     print(f"matrix written: {out / 'matrix.md'}, {out / 'matrix.html'}", file=sys.stderr)
     return 1 if problems else 0

@@ -54,6 +54,9 @@ class HFAttention:
     """One transformers attention-interface function, called as a Llama model calls it."""
 
     framework = "torch"
+    # The releases its declaration and expectations file were measured with (constraints.txt pins them);
+    # the verdict line names an installed release that differs.
+    measured_with = {"transformers": "5.24.0", "torch": "2.13.0"}
 
     def __init__(
         self,

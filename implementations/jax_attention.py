@@ -51,7 +51,7 @@ Measured on this machine (jax 0.10.2 CPU; tests/test_adapter_declarations.py re-
   float64 reference. This is declared as ``float64_computed_as='float32'``: float64 cases are held
   to the float32 tolerance rule, and the certificate shows the declaration.
 
-Variants (issue 12), passed through jax's own arguments and measured against the variant oracle:
+Variants, passed through jax's own arguments and measured against the variant oracle:
 
 * ``local_window_size=(left, right)``: query i sees keys ``i - left ... i + right``, aligned
   top-left like its ``is_causal`` (no ``S - T`` offset), united with ``is_causal``; jax has no
@@ -67,7 +67,7 @@ Variants (issue 12), passed through jax's own arguments and measured against the
   declared ``lse_empty='large-negative'``.
 * no softcap, ALiBi, paged cache or appended keys: not applicable by declaration.
 
-``cudnn`` is GPU only and not measured here (no GPU in the session that wrote it).
+``cudnn`` is GPU only and not yet run on a CUDA device.
 
 Longer than 250 lines because each translation step above is needed by the forward, the VJP and
 the variants alike, and is written once here.
@@ -228,6 +228,9 @@ class JaxAttention:
         self.name = name
         self.implementation = implementation
         self.declaration = declaration
+        # The releases its declaration and regression baseline were measured with (constraints.txt pins them);
+        # the verdict line names an installed release that differs. cuDNN is not yet run on a CUDA device.
+        self.measured_with = {"jax": "0.10.2", "jaxlib": "0.10.2"} if implementation == "xla" else {}
 
     def __repr__(self) -> str:
         return f"JaxAttention({self.name!r}, implementation={self.implementation!r})"

@@ -56,6 +56,9 @@ class KerasTorch(_keras.KerasAdapter):
 
     framework = "torch"
     framework_version = getattr(torch, "__version__", None)
+    # The releases its declaration and expectations file were measured with (constraints.txt pins them);
+    # the verdict line names an installed release that differs.
+    measured_with = {"keras": "3.15.1", "torch": "2.13.0"}
     load_error = _UNAVAILABLE
 
     def __init__(self, name: str, declaration: Declaration) -> None:

@@ -81,6 +81,9 @@ class MlxAttention:
     """``mx.fast.scaled_dot_product_attention`` on ``mx.cpu``."""
 
     framework = "numpy"
+    # The releases its declaration and expectations file were measured with (constraints.txt pins them);
+    # the verdict line names an installed release that differs.
+    measured_with = {"mlx": "0.32.4"}
 
     def __init__(self, name: str, declaration: Declaration) -> None:
         self.name = name

@@ -78,6 +78,9 @@ def scaled_dot_product_attention(
 
 class TorchEagerAdapter:
     name = "torch-eager"
+    # The releases its declaration and regression baseline were measured with (constraints.txt pins them);
+    # the verdict line names an installed release that differs.
+    measured_with = {"torch": "2.13.0"}
 
     def __init__(self) -> None:
         self.declaration = Declaration(

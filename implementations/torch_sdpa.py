@@ -43,7 +43,7 @@ Measured on this build (torch 2.13.0+cpu, 2 threads; tests/test_adapter_declarat
 * default and FLASH fail on masks of rank < 2 (IndexError "Dimension out of range"), MATH accepts
   them; the adapter does not paper over this.
 
-CUDA adapters: NOT measured here (no CUDA device in the session that wrote them). Their
+CUDA adapters: not yet run on a CUDA device. Their
 declarations are read from torch's backend filters (aten/src/ATen/native/transformers/cuda/
 sdp_utils.cpp: flash = fp16/bf16, no attn_mask, head dim <= 256 and Dk == Dv, no causal with
 T != S; efficient = fp16/fp32/bf16, masks allowed; cuDNN = fp16/bf16, head dim multiple of 8,
@@ -128,6 +128,9 @@ class TorchSDPA:
         self.device = device
         self.backend = backend
         self._unavailable: str | None | bool = False  # False = not probed yet
+        # The release its CPU declarations and regression baselines were measured with (constraints.txt pins
+        # it); the verdict line names an installed release that differs. The CUDA adapters are not yet run.
+        self.measured_with = {"torch": "2.13.0"} if device == "cpu" else {}
 
     def __repr__(self) -> str:
         return f"TorchSDPA({self.name!r}, device={self.device!r}, backend={self.backend})"
@@ -366,8 +369,8 @@ cpu_flash = _forced(
 )
 
 _CUDA_UNMEASURED = (
-    "NOT measured by the author (no CUDA device); declared from torch 2.13's sdp_utils.cpp backend "
-    "filters and re-checked by tests/test_adapter_declarations.py on a CUDA machine. "
+    "Not yet run on a CUDA device: declared from torch 2.13's sdp_utils.cpp backend filters; "
+    "tests/test_adapter_declarations.py re-measures it on a CUDA machine. "
 )
 
 _CUDA = _CPU.replace(

@@ -3,7 +3,8 @@
 #
 #   scripts/matrix_screenshot.sh DIR/matrix.html docs/matrix-html.png [WIDTH,HEIGHT]
 #
-# Uses Debian's chromium (apt-get install -y chromium). The page fetches nothing, and the browser is
+# Uses Debian's chromium (apt-get install -y chromium fonts-wqy-zenhei: the font draws the spec's
+# Chinese sentences). The page fetches nothing, and the browser is
 # kept off the network (no background networking, component updates or sync), so the picture is the
 # file alone. --no-sandbox because CI containers run as root; a throwaway profile directory, removed
 # afterwards. The window size is the picture's (default 1400,1800).

@@ -1,6 +1,6 @@
 """keras 3's NumPy-backend ``dot_product_attention`` as a plain torch-SDPA-signature function, as a
 user would wrap it (layout and type conversion only: [B, H, T, D] <-> [B, T, N, H], bfloat16 through
-float32 since NumPy has none, the output cast back to the input dtype). Issue 18: ``likely causes``
+float32 since NumPy has none, the output cast back to the input dtype). ``likely causes``
 on it must name float64 first (keras computes float64 in float32). tests/test_causes_keras.py."""
 
 from __future__ import annotations

@@ -45,3 +45,37 @@ def restore_hypothesis_profile():
     saved = strategies.profile_name()
     yield
     strategies.load_profile(saved)
+
+
+# Frameworks whose native extensions initialise process-wide state once (jaxlib's absl logging aborts
+# the process with "SetTimeZone() has already been called" when jax is imported a second time).
+NATIVE_ONCE = ("jax", "jaxlib", "keras", "torch", "mlx", "onnxruntime", "transformers")
+
+
+@pytest.fixture
+def _keep_native_frameworks(monkeypatch):
+    """Make pytester's ``sys.modules`` snapshots (taken when the fixture is made and around each
+    in-process run) keep the frameworks of :data:`NATIVE_ONCE`; set up before ``pytester`` itself."""
+    from _pytest import pytester as pytester_module
+
+    original = pytester_module.SysModulesSnapshot
+
+    class KeepFrameworks(original):
+        def __init__(self, preserve=None) -> None:
+            super().__init__(
+                preserve=lambda name: name.partition(".")[0] in NATIVE_ONCE or (preserve is not None and preserve(name))
+            )
+
+    monkeypatch.setattr(pytester_module, "SysModulesSnapshot", KeepFrameworks)
+
+
+@pytest.fixture
+def pytester(_keep_native_frameworks, pytester):
+    """pytester whose in-process runs keep the frameworks they import.
+
+    Why: ``runpytest_inprocess`` restores ``sys.modules`` after each run (and the fixture once more at
+    its end), dropping every module imported meanwhile; a framework first imported there (a
+    certification of jax or keras in process) is then imported again by the next test of the same
+    worker, and jaxlib aborts the whole worker. Keeping those modules loaded is what a real process
+    does anyway; it goes through the ``preserve`` hook of pytester's own ``SysModulesSnapshot``."""
+    return pytester

@@ -1,4 +1,4 @@
-"""Mutants whose bug fires only on a combination the hand-picked cases used to miss (issue 10).
+"""Mutants whose bug fires only on a combination the hand-picked cases used to miss.
 
 Each was a class of real bug that passed the whole suite before the combination clauses existed:
 

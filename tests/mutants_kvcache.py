@@ -1,4 +1,4 @@
-"""Deliberately wrong KV-cache kernels (issue 12): functions with ``flash_attn_with_kvcache``'s signature.
+"""Deliberately wrong KV-cache kernels: functions with ``flash_attn_with_kvcache``'s signature.
 
 The bugs live in the lowering only a KV-cache kernel does (cache lengths, block tables, page sizes,
 appending, split-KV merges), so these mutants are functions called through the kvcache adapter, as

@@ -1,4 +1,4 @@
-"""Wrong kernels that misbehave only where two ordinary features meet (issue 20).
+"""Wrong kernels that misbehave only where two ordinary features meet.
 
 Each is BaseKernel (tests/mutants.py) with one bug that fires only when both of its features are in
 the case, written the way such a bug looks in a real kernel (a fast path, a template chosen by a size,

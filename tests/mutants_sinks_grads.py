@@ -1,4 +1,4 @@
-"""Deliberately wrong variant kernels, the backward and attention sinks (issue 12).
+"""Deliberately wrong variant kernels, the backward and attention sinks.
 
 Each overrides one hook of ``VariantKernel`` (tests/mutants_variants.py, a correct kernel with
 FlashAttention's variants, a backward and sinks): the softcap's backward without its derivative or

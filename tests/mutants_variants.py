@@ -1,4 +1,4 @@
-"""Deliberately wrong variant kernels (issue 12): each one a bug that window, softcap, ALiBi or lse code ships.
+"""Deliberately wrong variant kernels: each one a bug that window, softcap, ALiBi or lse code ships.
 
 ``VariantKernel`` is the base kernel of tests/mutants.py with FlashAttention's conventions added as
 hooks of their own (bottom-right causal alignment, sliding window, softcap, ALiBi, a returned lse),

@@ -1,4 +1,4 @@
-"""Issue 18's acceptance line: on keras's NumPy backend, wrapped as a plain SDPA-signature function
+"""On keras's NumPy backend, wrapped as a plain SDPA-signature function
 (tests/cause_kernels_keras.py), the first ``likely causes`` line names float64, with the
 ``--declare`` that describes it. Skipped where keras (or its NumPy backend) is not installed."""
 

@@ -1,4 +1,4 @@
-"""Self-tests of the combination clauses' machinery (issue 10).
+"""Self-tests of the combination clauses' machinery.
 
 * The function adapter passes is_causal and the mask through the function's own arguments, folds
   only on a declared or rejected combination, and never hides a crash behind a fold.

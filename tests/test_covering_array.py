@@ -1,4 +1,4 @@
-"""The covering-array generator, the value-class table and pair coverage (issue 20).
+"""The covering-array generator, the value-class table and pair coverage.
 
 What must hold for "every admitted pair reached" to mean something: the rows cover every admitted
 tuple; every row is a case the declaration takes; admitted and excluded tuples partition the tuples of

@@ -3,7 +3,7 @@
 hypothesis derives a derandomized test's examples from the test's own source (its code and docstring;
 comments and decorators do not count). So editing a property-based clause's body or docstring changes
 the cases the ci profile checks, and with them what the self-tests proved: when the harness moved into
-rooms (issue 21), a rewritten docstring path and one changed expression gave ORACLE-AGREE-01 and
+rooms, a rewritten docstring path and one changed expression gave ORACLE-AGREE-01 and
 GRAD-VJP-SPACE-04 new examples, on which three library adapters failed GRAD-VJP-SPACE-04 outside their
 expectations and the mutant head_dim_one_unit_scale escaped it. A refactoring must leave these digests
 alone. An intended change updates this table after re-running tests/test_clauses_bite.py, the zoo and

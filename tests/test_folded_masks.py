@@ -1,4 +1,4 @@
-"""A folded mask is judged by the mask kind the kernel received (issue 18, item 5).
+"""A folded mask is judged by the mask kind the kernel received.
 
 A plain function gets a boolean mask and an additive M as one additive mask (-inf where the boolean
 mask blocks), so a row emptied by their union reaches it as a row of -inf and takes the declared

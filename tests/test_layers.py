@@ -1,6 +1,6 @@
 """The import layers hold (tests/layers.py): no import points up, no cycle, rooms documented.
 
-issue 21: the harness in rooms, one direction of imports. The check must also fail when the rule is
+The harness in rooms, one direction of imports. The check must also fail when the rule is
 broken, so the second half copies the package, adds one back-import to it and sees it named.
 """
 

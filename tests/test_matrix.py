@@ -88,7 +88,24 @@ def two_certificates() -> list[tuple[str, dict]]:
         ],
         counts={"fail": 2, "expected failure": 1},
         expectations={
-            "expected_failures": [{"clause": "FLOAT-MASK-M-13", "dtype": "float64", "reason": "softmax in f32"}]
+            "expected_failures": [{"clause": "FLOAT-MASK-M-13", "dtype": "float64", "reason": "softmax in f32"}],
+            "entries": [
+                {
+                    "behaviour": "softmax in f32",
+                    "when_text": "dtype=float64",
+                    "status": "matched",
+                    "tests": 1,
+                    "clauses": ["FLOAT-MASK-M-13"],
+                },
+                {
+                    "behaviour": "fixed long ago",
+                    "when_text": "decode T = 1",
+                    "status": "stale",
+                    "tests": 0,
+                    "clauses": [],
+                },
+                {"behaviour": "never met", "when_text": "GQA 8:1", "status": "not reached", "tests": 0, "clauses": []},
+            ],
         },
         likely_causes={"failures": 1, "causes": ["float16 + forward: 1 failing clause test"], "unexplained": []},
         discovery={"declare": ["all_blocked=nan"], "measured": [], "findings": ["causal ignored with a mask"]},
@@ -118,7 +135,13 @@ def test_rows_grouped_by_section_in_the_seeds_order_with_a_cell_per_adapter():
     assert "softmax in f32" in xfail.reason
     assert rows["WORKED-EXAMPLE-01"].cells[1].message == "ClauseViolation: got [1, 3]"
     assert m.columns[1].likely_causes == ("float16 + forward: 1 failing clause test",)
-    assert ("1 clause: expected failure",) * 2 in m.columns[1].notes
+    notes = m.columns[1].notes
+    assert (
+        "known cause: softmax in f32",
+        "known cause: softmax in f32 (when dtype=float64): 1 clause test(s) of FLOAT-MASK-M-13",
+    ) in notes
+    assert any(short == "STALE known cause: fixed long ago" for short, _ in notes)
+    assert not any("never met" in short for short, _ in notes)  # not reached: nothing to say
     assert ("discovery finding: causal ignored with a mask",) * 2 in m.columns[1].notes
     assert (
         "declaration discovered (--discover)",

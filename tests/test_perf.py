@@ -1,4 +1,4 @@
-"""Self-tests of the performance profile (issue 11): its measuring parts, and one end-to-end run.
+"""Self-tests of the performance profile: its measuring parts, and one end-to-end run.
 
 The end-to-end run uses the ``tiny`` grid (a few seconds): ``--conformance-perf`` on the NumPy
 kernel and on a mutant whose outputs are wrong must write perf.json with the promised fields, the
@@ -106,6 +106,13 @@ def test_svg_charts_are_well_formed():
         perf_svg.line_chart("t", [panel], xlabel="S", yunit="B"),
         perf_svg.dot_chart(
             "t", [("X-01", [("float32", 0.5), ("float16", 0.0)])], colors={"float32": "#000"}, xlabel="r"
+        ),
+        # a failing kernel's ratios: against a zero allowance they are 1e300, inf or NaN
+        perf_svg.dot_chart(
+            "t",
+            [("X-01", [("float32", 1e300), ("float16", float("inf")), ("bfloat16", float("nan"))])],
+            colors={"float32": "#000"},
+            xlabel="r",
         ),
     ):
         root = ET.fromstring(svg)

@@ -1,4 +1,4 @@
-"""The case space (issue 10): the drawn configurations, their coverage cells, and fail-fast order.
+"""The case space: the drawn configurations, their coverage cells, and fail-fast order.
 
 * ``harness.cases.strategies.configs`` draws only what a declaration admits, and its rows blocked entirely
   respect the declared policies (it never draws a case whose fill the declaration leaves undefined);

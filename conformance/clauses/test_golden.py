@@ -39,8 +39,9 @@ def golden_dir() -> Path:
     return Path(env) if env else fixtures.default_dir()
 
 
-def _check_fixture(impl, fx: fixtures.GoldenFixture) -> list[str]:
-    """What this fixture observed wrong (empty: it matched); skips propagate to the caller."""
+def _check_fixture(impl, fx: fixtures.GoldenFixture) -> list[tuple[str, str]]:
+    """What this fixture observed wrong, as (guarded call, message) (empty: it matched); skips
+    propagate to the caller."""
     case, decl = fx.case, impl.declaration
     dtype = decl.tolerance_dtype(case)
     found = []
@@ -49,14 +50,14 @@ def _check_fixture(impl, fx: fixtures.GoldenFixture) -> list[str]:
     try:
         compare.assert_close(out, want["out"], case=case, decl=decl)
     except ClauseViolation as exc:
-        found.append(str(exc))
+        found.append(("forward", str(exc)))
     w = observe_weights(impl, case)
     allowed = compare.weights_allowance(case, decl)
     msg = mismatch_report(
         "weights (observed)", w, want["weights"], allowed, tolerance.describe(dtype, "observed weights")
     )
     if msg:
-        found.append(msg)
+        found.append(("forward", msg))
     nan_rows = decl.all_blocked_policy(case) == "nan" and bool(np.isnan(want["out"]).any())
     if decl.grad and fx.params.get("grad", True) and not nan_rows:
         grads = impl.vjp(case, fx.grad_out)
@@ -67,7 +68,7 @@ def _check_fixture(impl, fx: fixtures.GoldenFixture) -> list[str]:
                 name, np.asarray(got, dtype=np.float64), exp, allowed, tolerance.describe(dtype, name)
             )
             if msg:
-                found.append(msg)
+                found.append(("vjp", msg))
     return found
 
 
@@ -117,6 +118,7 @@ def test_golden(impl, dtype):
         if fx.case.dtype == dtype and fx.valid_for(decl.all_blocked_policy(fx.case), decl.causal_alignment)
     ]
     failures: list[tuple[str, str]] = []
+    first = None  # the first disagreeing fixture's (case, call, kind): what the failure's cause is read from
     checked, refused, undeclared = 0, [], []
     for fx in chosen:
         reasons = decl.not_supported_reasons(fx.case)
@@ -131,10 +133,14 @@ def test_golden(impl, dtype):
         except UndeclaredRefusal as exc:  # a refused fixture the declaration covers is not a checked one
             undeclared.append((fx.name, str(exc)))
             continue
-        except ClauseViolation as exc:
-            found = [str(exc)]
+        except ClauseViolation as exc:  # the kernel raised (AdapterError) or returned garbage
+            found, kind = [("forward", str(exc))], type(exc)
+        else:
+            kind = ClauseViolation
         checked += 1
-        failures += [(fx.name, m) for m in found]
+        failures += [(fx.name, m) for _, m in found]
+        if found and first is None:
+            first = (fx.case, found[0][0], kind)
     if undeclared:
         names = [n for n, _ in undeclared]
         raise UndeclaredRefusal(
@@ -151,7 +157,10 @@ def test_golden(impl, dtype):
         names = sorted({n for n, _ in failures})
         detail = "\n".join(f"[{n}] {m}" for n, m in failures[:6])
         more = f"\n... and {len(failures) - 6} more" if len(failures) > 6 else ""
-        raise ClauseViolation(
+        case, call, kind = first
+        raise kind(
             f"{len(names)} of {checked} golden fixtures checked in {dtype} disagree with their stored answers "
-            f"({golden_dir()}): {', '.join(names)}\n{detail}{more}"
+            f"({golden_dir()}): {', '.join(names)}\n{detail}{more}",
+            case,
+            call=call,
         )

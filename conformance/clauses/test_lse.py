@@ -1,4 +1,4 @@
-"""The log-sum-exp a kernel returns beside its output (issue 12): its base, its value on rows that see no
+"""The log-sum-exp a kernel returns beside its output: its base, its value on rows that see no
 key, its scale, and its layout under GQA.
 
 FlashAttention returns ``softmax_lse`` [B, Hq, T]; a kernel declares ``returns_lse``, ``lse_base`` and

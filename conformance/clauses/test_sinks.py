@@ -1,4 +1,4 @@
-"""Attention sinks (issue 12): one learned logit per query head in every row's softmax denominator.
+"""Attention sinks: one learned logit per query head in every row's softmax denominator.
 
 gpt-oss's attention, and the kernels that serve it (FlashInfer's and FlashAttention's ``sinks``,
 jax's splash attention), give each query head h a logit ``sink_h`` that joins the softmax as a

@@ -1,4 +1,4 @@
-"""Gradients through the variants (issue 12): the softcap's backward, windows and lengths in the backward.
+"""Gradients through the variants: the softcap's backward, windows and lengths in the backward.
 
 A softcapped kernel's forward can be right while its backward is wrong: the cap ``c tanh(s/c)``
 is a function of the scores, so every score gradient dS reaches Q and K multiplied by its

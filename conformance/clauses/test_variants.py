@@ -1,4 +1,4 @@
-"""The variants kernel authors ship (issue 12): sliding windows, softcap, ALiBi (the returned lse: test_lse.py).
+"""The variants kernel authors ship: sliding windows, softcap, ALiBi (the returned lse: test_lse.py).
 
 The seed defines scaled dot-product attention and says nothing of these; where it speaks (the
 position offset of a non-square causal mask, decode with T_q = 1, "exact" not meaning bitwise) the

@@ -29,6 +29,7 @@ from conformance.harness.run import (
     ordering,
     pair_coverage,
     perf,
+    quiet_summary,
     runstate,
     selfdefense,
     summary,
@@ -48,6 +49,7 @@ SUBPLUGINS = (
     ordering,
     perf,
     expectations_plugin,
+    quiet_summary,
 )
 
 
@@ -239,8 +241,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if info is None:
         return rep
     if rep.when == "call" or (rep.when == "setup" and rep.outcome != "passed"):
-        expected = expectations_plugin.apply(item, rep, info.id)  # an expected failure, or a stale expectation
-        _state(item.config).results.append(runstate.clause_result(item, rep, info, expected, call.excinfo).as_dict())
+        result = runstate.clause_result(item, rep, info, call.excinfo)
+        result = expectations_plugin.apply(item, rep, result)  # a failure a known cause explains: expected
+        _state(item.config).results.append(result.as_dict())
     if rep.failed and call.excinfo is not None and item.config.getoption("tbstyle") != "long":
         compact = failures.compact_failure(call.excinfo.value)
         if compact is not None:

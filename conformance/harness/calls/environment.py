@@ -104,6 +104,31 @@ def kernel_libraries(adapter: Any) -> dict[str, str]:
     return own or {d: v for d, v in found.items() if d not in ours}
 
 
+def version_drift(adapter: Any) -> dict[str, tuple[str, str | None]]:
+    """Library -> (measured, installed) for each library whose installed release is not the one the
+    adapter's declaration and expectations were measured with (the adapter's optional
+    ``measured_with``: distribution -> version; ``constraints.txt`` pins the same). A local build
+    label is not a release: torch 2.13.0+cpu is torch 2.13.0. None installed: not installed."""
+    measured = getattr(adapter, "measured_with", None) or {}
+    drift = {}
+    for dist, want in measured.items():
+        got = _version(dist)
+        if got is None or got.split("+")[0] != str(want):
+            drift[str(dist)] = (str(want), got)
+    return drift
+
+
+def drift_text(drift: dict[str, tuple[str, str | None]]) -> str:
+    """ "expectations measured with keras 3.15.1; running 3.16.0" (several: each library named twice),
+    or "" when every library is the measured release."""
+    if not drift:
+        return ""
+    got = {d: v if v is not None else "not installed" for d, (_, v) in drift.items()}
+    measured = ", ".join(f"{d} {w}" for d, (w, _) in drift.items())
+    running = next(iter(got.values())) if len(got) == 1 else ", ".join(f"{d} {v}" for d, v in got.items())
+    return f"expectations measured with {measured}; running {running}"
+
+
 def environment(adapter: Any) -> dict:
     """Where a result came from: enough to tell two machines, builds or library releases apart."""
     decl = adapter.declaration
@@ -117,6 +142,8 @@ def environment(adapter: Any) -> dict:
         "kernel_libraries": kernel_libraries(adapter),
         "device": _device_name(str(decl.device)),
         "adapter": str(getattr(adapter, "name", type(adapter).__name__)),
+        "measured_with": dict(getattr(adapter, "measured_with", None) or {}),
+        "version_drift": drift_text(version_drift(adapter)),
         "declaration": decl.as_dict(),
     }
 

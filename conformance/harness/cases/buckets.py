@@ -1,8 +1,8 @@
 """Shape buckets: fewer distinct programs for kernels that compile per shape, in the ci profile only.
 
 Why: a jitted kernel (jax) compiles one XLA program per distinct (shapes, dtype, static arguments,
-forward or VJP); cold, that compilation, not the arithmetic, is its certification cost (issue 10
-item 5: jax ran ~13x numpy's time, nearly all of it compiling). The hand-built clauses each chose
+forward or VJP); cold, that compilation, not the arithmetic, is its certification cost (jax
+once ran ~13x numpy's time, nearly all of it compiling). The hand-built clauses each chose
 their own B, H, T, S, D, so almost no two of them shared a program. Two tools cut that, both only
 when :func:`bucketed` (the adapter says ``compiles_per_shape = True`` and the profile is ci; the
 drawn clauses use the same switch, ``strategies.space_for``):

@@ -12,6 +12,7 @@ that the counters of a run cross pytest-xdist workers as JSON.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 import numpy as np
@@ -67,12 +68,24 @@ def _mask_features(case: Case, alignment: str) -> list[str]:
         if arr is None:
             continue
         out.append(f"{kind} mask {_form(arr.shape, case)}")
+        out += _broadcast_features(arr.shape, case)
         if kind == "float" and np.isneginf(arr).any():
             out.append("float mask with -inf entries")
             finite = arr[np.isfinite(arr)]
             if finite.size and float(np.max(np.abs(finite))) >= 1e4:
                 out.append("float mask with |M| >= 1e4")
     return out + _blocked_rows(case, mask, bias, alignment)
+
+
+def _broadcast_features(shape: tuple[int, ...], case: Case) -> list[str]:
+    """Which sequence axis a mask is broadcast along (size 1, or absent, where the scores have more):
+    what a kernel that indexes the mask by query or key position gets wrong, or refuses."""
+    out = []
+    if case.T > 1 and (len(shape) < 2 or shape[-2] == 1):
+        out.append("mask broadcast along T")
+    if case.S > 1 and shape and shape[-1] == 1:
+        out.append("mask broadcast along S")
+    return out
 
 
 def _blocked_rows(case: Case, mask, bias, alignment: str) -> list[str]:
@@ -159,6 +172,34 @@ def key(case: Case, what: str = "forward", folded: bool = False, alignment: str 
         return JOIN.join(features(case, what, folded, alignment))
     except Exception:  # noqa: BLE001 - a malformed case has no features; the call is still checked
         return None
+
+
+# Every feature :func:`features` can produce, for checking one written by hand (an expectations file's
+# ``when``): the fixed ones, and patterns for those that carry a value (a dtype, a call, a mask form,
+# a GQA ratio).
+FIXED = frozenset(
+    {
+        "dtype float16 or bfloat16", "no mask", "bool mask", "float mask", "bool + float mask",
+        "float mask with -inf entries", "float mask with |M| >= 1e4", "row blocked entirely: bool",
+        "row blocked entirely: causal", "row blocked entirely: float -inf", "T < S", "T == S", "T > S",
+        "causal", "causal, T != S", "causal + mask", "suite folded causal into the mask", "decode T = 1",
+        "S = 1", "head dim <= 8", "head dim > 128", "head dim not a multiple of 8", "Dk != Dv",
+        "|QK^T| > 65504 (float16 max)", f"large |scores| (>= {LARGE_SCORE:g})", "negative scale",
+        "custom scale", "dropout", call_feature("vjp"), "mask broadcast along T", "mask broadcast along S",
+    }
+)  # fmt: skip
+_PATTERNS = (
+    re.compile(r"dtype=(float64|float32|float16|bfloat16)"),
+    re.compile(r"forward \((forward|forward_with_weights|forward_with_lse)\)"),
+    re.compile(r"(bool|float) mask \[[0-9A-Z,]+\]"),
+    re.compile(r"GQA [0-9]+:1( \(MQA\))?"),
+)
+EXAMPLES = ("causal + mask", "dtype=float16", "backward (vjp)", "bool mask [B,1,1,S]", "decode T = 1")
+
+
+def is_known(feature: str) -> bool:
+    """Whether :func:`features` can produce ``feature`` (spelled exactly as it prints it)."""
+    return feature in FIXED or any(p.fullmatch(feature) for p in _PATTERNS)
 
 
 def split(k: str) -> frozenset[str]:

@@ -23,6 +23,7 @@ from conformance.harness.spec.report import abs_error
 
 _BIG = np.finfo(np.float64).max
 FINITE_FILL = "finite fill"  # a finding, not a --declare: rows blocked entirely give the unmasked softmax
+CAUSAL_IGNORED = "is_causal ignored"  # a finding, not a --declare: the output is that of the case without causal
 
 
 def _alternatives(case: Case, decl: Declaration) -> Iterator[tuple[str, Case, Declaration, bool | str]]:
@@ -42,6 +43,8 @@ def _alternatives(case: Case, decl: Declaration) -> Iterator[tuple[str, Case, De
     for policy in ALL_BLOCKED_POLICIES:
         if policy != decl.all_blocked_policy(case):
             yield f"{field}={policy}", case, decl.replace(**{field: policy}), True
+    if case.is_causal:
+        yield CAUSAL_IGNORED, case.replace(is_causal=False), decl, False
     if case.mask is not None or case.is_causal:  # a finite fill: blocked rows keep the softmax over every key
         yield FINITE_FILL, case.replace(mask=None, is_causal=False), decl, "failing case's rows"
     from conformance.harness.causes.formulations import alternatives as formulations
@@ -61,12 +64,36 @@ def _matches(out: np.ndarray, case: Case, decl: Declaration, rows: bool | str, e
     return bool(np.all(err <= allowed))
 
 
+def known_convention(text: str) -> bool:
+    """Whether ``text`` is one of the conventions :func:`matching_conventions` can name."""
+    if text in (FINITE_FILL, CAUSAL_IGNORED):
+        return True
+    field, _, value = text.partition("=")
+    choices = {
+        "float64_computed_as": ("float32",),
+        "causal_alignment": ("top-left", "bottom-right"),
+        "mask_sense": ("attend", "blocked"),
+        "all_blocked": ALL_BLOCKED_POLICIES,
+        "all_blocked_float_mask": ALL_BLOCKED_POLICIES,
+    }
+    return value in choices.get(field, ())
+
+
+def checkable(case: Case, out: np.ndarray | None) -> bool:
+    """Whether an output can be set against conventions at all: a plain forward output of the case's
+    shape (not a backward, a dropout draw or a variant, which the oracle here cannot re-ask)."""
+    return (
+        out is not None and np.shape(out) == tuple(case.out_shape) and not case.has_variant and not case.dropout_p > 0
+    )
+
+
 def matching_conventions(case: Case, out: np.ndarray, decl: Declaration) -> list[str]:
     """The ``--declare`` settings under which ``out`` (the kernel's output for ``case``) is right,
-    and :data:`FINITE_FILL` when its rows blocked entirely are the softmax over every key."""
-    out = np.asarray(out, dtype=np.float64)
-    if out.shape != tuple(case.out_shape) or case.has_variant or case.dropout_p > 0:
+    and :data:`FINITE_FILL` when its rows blocked entirely are the softmax over every key,
+    :data:`CAUSAL_IGNORED` when the output is the case's without causal."""
+    if not checkable(case, out):
         return []
+    out = np.asarray(out, dtype=np.float64)
     found = []
     empty = np.asarray(expected(case, decl).all_blocked)
     for text, alt_case, alt_decl, rows in _alternatives(case, decl):

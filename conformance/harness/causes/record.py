@@ -13,6 +13,7 @@ import numpy as np
 from conformance.harness.cases import features as cf
 
 FAILING = ("failed", "expected failure")
+MESSAGE_CHARS = 2000  # the start of the failure's message: what a known cause that raises is matched on
 
 
 def _violation(exc: BaseException | None) -> BaseException | None:
@@ -40,14 +41,19 @@ def failure_record(impl: Any, exc: BaseException | None) -> dict:
     """What a failing clause test tells about its cause (JSON-sized): the failing case's features,
     the call, the measured error and the matching conventions."""
     from conformance.harness.causes import conventions as conv
+    from conformance.harness.causes import picture
 
     exc = _violation(exc)
     case = getattr(exc, "case", None)
     recent = list(getattr(impl, "recent_calls", ()))
-    entry = next((e for e in reversed(recent) if case is not None and e[0] is case), recent[-1] if recent else None)
-    call = entry[1] if entry else "forward"
-    if case is None and entry is not None:
-        case = entry[0]
+    if case is not None:  # the violation's own case, or a probe of it (its V = I form: the same Q), says
+        entry = next((e for e in reversed(recent) if e[0] is case), None) or next(
+            (e for e in reversed(recent) if e[0].query is case.query), None
+        )
+    else:  # a violation without a case: the last call is the best guess
+        entry = recent[-1] if recent else None
+        case = entry[0] if entry is not None else None
+    call = entry[1] if entry else (getattr(exc, "call", None) or "forward")
     feats = entry[2] if entry and entry[0] is case and entry[2] else None
     if feats is None and case is not None:
         feats = cf.key(case, call, alignment=impl.declaration.causal_alignment)
@@ -56,7 +62,7 @@ def failure_record(impl: Any, exc: BaseException | None) -> dict:
     checked = False
     out = _output_of(call, entry[3]) if entry else None
     decl = impl.declaration
-    if out is not None:
+    if out is not None and conv.checkable(entry[0], out):
         try:
             matches = conv.matching_conventions(entry[0], out, decl)
             checked = True
@@ -68,10 +74,12 @@ def failure_record(impl: Any, exc: BaseException | None) -> dict:
         "features": feats,
         "call": call,
         "error": type(exc).__name__ if exc is not None else None,
+        "message": str(exc)[:MESSAGE_CHARS] if exc is not None else None,
         "dtype": getattr(case, "dtype", None),
         "measure": {k: _json_number(v) for k, v in measure.items()} if measure else None,
         "matches": matches,
         "checked": checked,
+        "picture": picture.record(exc, decl),  # the failing case drawn in the certificate and the matrix
     }
 
 

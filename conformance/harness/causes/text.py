@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 
-from conformance.harness.causes.conventions import FINITE_FILL, in_units
+from conformance.harness.causes.conventions import CAUSAL_IGNORED, FINITE_FILL, in_units
 
 # What a matched convention (or a feature without one) most likely means, in a few words.
 _HINTS = {
@@ -24,6 +24,7 @@ _HINTS = {
     "all_blocked_float_mask=zeros": "rows of -inf in a float mask give zeros",
     FINITE_FILL: "rows blocked entirely give the softmax over every key: blocked keys get a finite fill "
     "(e.g. -1e4) instead of -inf (000 §7.3)?",
+    CAUSAL_IGNORED: "is_causal ignored: the output is that of the same case without causal?",
 }
 # Formulations (conformance/oracle_formulations.py): the field's hint, whatever its value.
 _FIELD_HINTS = {
@@ -55,6 +56,7 @@ _ABOUT = {
     "all_blocked": ("row blocked entirely",),
     "all_blocked_float_mask": ("row blocked entirely",),
     FINITE_FILL: ("row blocked entirely",),
+    CAUSAL_IGNORED: ("causal",),
     "float32_computed_as": ("dtype=float32",),
     "float16_computed_as": ("dtype=float16", "dtype float16 or bfloat16", "|QK^T| > 65504", "large |scores|"),
     "bfloat16_computed_as": ("dtype=bfloat16", "dtype float16 or bfloat16", "large |scores|"),

@@ -155,8 +155,11 @@ def assert_output_matches(impl: GuardedAdapter, case: Case) -> np.ndarray:
     return out
 
 
-def assert_blocked_zero(w: np.ndarray, blocked: np.ndarray, case: Case, context: str = "") -> None:
-    """Blocked positions carry weight exactly 0: what -inf gives, and what no finite fill does."""
+def assert_blocked_zero(
+    w: np.ndarray, blocked: np.ndarray, case: Case, context: str = "", compared: dict | None = None
+) -> None:
+    """Blocked positions carry weight exactly 0: what -inf gives, and what no finite fill does.
+    ``compared``: the weights comparison this check is part of, kept on the failure for its picture."""
     __tracebackhide__ = True
     leaked = blocked & (w != 0)
     if leaked.any():
@@ -165,6 +168,7 @@ def assert_blocked_zero(w: np.ndarray, blocked: np.ndarray, case: Case, context:
             f"{int(leaked.sum())} blocked positions have nonzero weight{context} (True = blocked); "
             f"first at [b,h,t,s]={list(idx)}: weight {w[idx]:.6g}, should be exactly 0",
             case,
+            compared,
         )
 
 
@@ -180,8 +184,10 @@ def assert_weights_match(impl: GuardedAdapter, case: Case, what: str = "weights"
     decl = impl.declaration
     want = expected(case, decl)
     live = ~want.all_blocked
-    assert_blocked_zero(w, want.blocked & live[..., None], case)
     allowed = np.where(live[..., None], _must_be_finite(weights_allowance(case, decl)), np.inf)
+    blocked = want.blocked & live[..., None]
+    compared = {"what": what, "actual": w, "expected": want.weights, "allowed": np.where(blocked, 0.0, allowed)}
+    assert_blocked_zero(w, blocked, case, compared=compared)
     msg = _mismatch(what, w, want.weights, allowed, _rule(case, decl, "observed weights"), case)
     if msg:
         sums = w[live].sum(axis=-1)

@@ -17,7 +17,7 @@ from conformance.contract import Case
 from conformance.harness.calls.guarded import GuardedAdapter
 from conformance.harness.calls.probes import observe_weights
 from conformance.harness.judge import compare, tolerance
-from conformance.harness.spec.report import ClauseViolation, fail, mismatch_report
+from conformance.harness.spec.report import ClauseViolation, mismatch_report
 
 
 def _variant_words(case: Case, align: str) -> str:
@@ -62,28 +62,35 @@ def check_blocked_pattern(impl: GuardedAdapter, case: Case, *, empty_rows: bool 
     w = observe_weights(impl, case)
     live = ~want.all_blocked
     words = _variant_words(case, decl.causal_alignment)
+    allowed = compare.weights_allowance(case, decl)
+    # what the failure's picture shows (harness.causes.picture): a blocked weight is allowed nothing
+    pictured = np.where(want.blocked, 0.0, np.where(live[..., None], allowed, np.inf))
+    compared = {"what": f"weights under {words}", "actual": w, "expected": want.weights, "allowed": pictured}
     leaked = want.blocked & live[..., None] & (w != 0)
     if leaked.any():
         b, h, t, s = (int(i) for i in np.argwhere(leaked)[0])
-        fail(
+        raise ClauseViolation(
             f"{words}: {int(leaked.sum())} positions outside the visible set have nonzero weight; first: query {t} "
             f"reads key {s} (b={b}, h={h}, weight {w[b, h, t, s]:.6g}) but may see only "
             f"{_visible_keys(want.blocked[b, h, t])}",
             case,
+            compared,
         )
     starved = ~want.blocked & live[..., None] & (w == 0) & (want.weights > 1e-3)
     if starved.any():
         b, h, t, s = (int(i) for i in np.argwhere(starved)[0])
-        fail(
+        raise ClauseViolation(
             f"{words}: {int(starved.sum())} visible positions have weight 0; first: query {t} cannot read key {s} "
             f"(b={b}, h={h}), which it may see ({_visible_keys(want.blocked[b, h, t])})",
             case,
+            compared,
         )
     empty_read = want.all_blocked[..., None] & (w != 0) & ~np.isnan(w)
     if empty_rows and decl.all_blocked_policy(case) == "zeros" and empty_read.any():
         b, h, t, _ = (int(i) for i in np.argwhere(empty_read)[0])
-        fail(f"{words}: query {t} (b={b}, h={h}) sees no key, yet its weights are not 0", case)
-    allowed = compare.weights_allowance(case, decl)
+        raise ClauseViolation(
+            f"{words}: query {t} (b={b}, h={h}) sees no key, yet its weights are not 0", case, compared
+        )
     msg = mismatch_report(
         f"weights under {words}",
         w,
@@ -117,5 +124,5 @@ def assert_variant_output(impl: GuardedAdapter, case: Case) -> np.ndarray:
     except ClauseViolation as exc:
         words = _variant_words(case, decl.causal_alignment)
         seqs = _sequences_off(case, decl, out) if case.is_varlen else ""
-        raise ClauseViolation(f"under {words}:\n{exc}{seqs}") from exc
+        raise ClauseViolation(f"under {words}:\n{exc}{seqs}", compared=exc.compared) from exc
     return out

@@ -42,6 +42,11 @@ def _decades(lo: float, hi: float) -> list[float]:
     return [10.0**e for e in range(a, b + 1)]
 
 
+def _clip(v: float, lo: float, hi: float) -> float:
+    """``v`` within [lo, hi]; NaN as ``hi`` (a NaN error is as far off as the chart can show)."""
+    return hi if math.isnan(v) else min(max(v, lo), hi)
+
+
 def _binary_ticks(lo: float, hi: float) -> list[float]:
     """Powers of two (bytes), every 2nd, 4th ... one so that at most about eight are drawn."""
     a, b = math.floor(math.log2(lo)), math.ceil(math.log2(hi))
@@ -186,21 +191,24 @@ def dot_chart(
     xlabel: str,
     reference: float | None = 1.0,
     floor: float = 1e-4,
+    ceiling: float = 1e12,
     width: int = 860,
 ) -> str:
     """One row per label, one dot per (key, value) on a log axis, a thin line from the row's least to
     its largest value; ``reference`` draws a vertical line (1.0: where the error reaches the
     allowance). Values under ``floor`` (exact zeros included) sit on the axis's left edge, marked
-    as a hollow dot: the chart is about the margin, and below ``floor`` the margin is ample."""
+    as a hollow dot: the chart is about the margin, and below ``floor`` the margin is ample. Values
+    above ``ceiling``, inf and NaN (a failing kernel's error against a zero allowance) sit on the
+    right edge; each dot's tooltip keeps the value itself."""
     row_h, left, right, top = 13, 200, 20, 40
     plot_h = max(1, len(groups)) * row_h + 6
-    values = [max(v, floor) for _, dots in groups for _, v in dots if v is not None]
+    values = [_clip(v, floor, ceiling) for _, dots in groups for _, v in dots if v is not None]
     lo = floor
     hi = max(values + [reference or 1.0]) * 1.5
     pw = width - left - right
 
     def px(v: float) -> float:
-        return left + (math.log(max(v, lo)) - math.log(lo)) / (math.log(hi) - math.log(lo)) * pw
+        return left + (math.log(_clip(v, lo, ceiling)) - math.log(lo)) / (math.log(hi) - math.log(lo)) * pw
 
     body = [
         f"<text x='{width / 2:.1f}' y='22' text-anchor='middle' font-size='16' font-weight='bold' {FONT}>"

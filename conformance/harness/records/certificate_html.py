@@ -18,6 +18,8 @@ from pathlib import Path
 
 from conformance.contract import DTYPES
 from conformance.harness.perf import charts as perf_charts
+from conformance.harness.records import heatmap_svg
+from conformance.harness.records.certificate_markdown import expectation_run
 from conformance.harness.records.html_parts import esc, inline_svg, page, table
 from conformance.harness.records.perf_html import perf_section
 
@@ -28,7 +30,6 @@ _OUTCOME_CLASS = {
     "not run": "nr",
     "not in profile": "nr",
     "expected failure": "warn",
-    "stale expectation": "bad",
 }
 _VERDICT_CLASS = {
     "CONFORMS": "ok",
@@ -47,15 +48,17 @@ def render(doc: dict) -> str:
         parts.append(f"<h1>SDPA conformance certificate: <code>{esc(spec)}</code></h1>")
         word = a.get("verdict", "NOT RUN")
         cov = a.get("coverage") or {}
+        drift = (a.get("environment") or {}).get("version_drift")  # the kernel's library is not the measured release
         parts.append(
             f"<p><span class='badge {_VERDICT_CLASS.get(word, 'nr')}'>{esc(word)}</span> "
-            f"{esc(cov.get('summary', a.get('reason', '')))}</p>"
+            f"{esc(cov.get('summary', a.get('reason', '')))}{esc(f'; {drift}' if drift else '')}</p>"
         )
         if cov.get("details"):
             parts.append("<ul>" + "".join(f"<li>{esc(d)}</li>" for d in cov["details"]) + "</ul>")
         if "clauses" not in a:
             continue
         parts += _deviations_and_expectations(a)
+        parts += failing_cases_drawn(spec, a.get("clauses") or {})
         g = doc.get("golden_set", {})
         parts.append(
             table(
@@ -123,6 +126,25 @@ def render(doc: dict) -> str:
     return page(title, "\n".join(parts))
 
 
+def failing_cases_drawn(spec: str, clauses: dict) -> list[str]:
+    """Each failing clause's first failing case as a picture (harness.records.heatmap_svg)."""
+    drawn = [(cid, cl) for cid, cl in clauses.items() if cl.get("picture")]
+    if not drawn:
+        return []
+    parts = [
+        "<h2>Failing cases, drawn</h2><p class='muted'>Each failing clause's first failing case: what the float64 "
+        "oracle expects, what the kernel returned, and the error in units of the allowance, over one (batch, head) "
+        "slice (at most 24 x 24 cells, around the worst element).</p>"
+    ]
+    for cid, cl in drawn:
+        pic = cl["picture"]
+        title = f"{cid} [{pic.get('dtype')}] on {spec}: {cl.get('outcome')}"
+        parts.append(f"<div class='chart'>{inline_svg(heatmap_svg.render(pic, title))}</div>")
+        if pic.get("case"):
+            parts.append(f"<p class='muted'>case: {esc(pic['case'])}</p>")
+    return parts
+
+
 def _deviations_and_expectations(a: dict) -> list[str]:
     """The declared deviations (each with the spec sentence it departs from) and the expectations file."""
     parts = []
@@ -137,28 +159,18 @@ def _deviations_and_expectations(a: dict) -> list[str]:
         parts.append(table(["field", "value", "what the kernel does", "departs from"], rows))
     exp = a.get("expectations") or {}
     if exp.get("file"):
-        parts.append(f"<h2>Expected failures</h2><p>Expectations file: <code>{esc(exp['file'])}</code></p>")
+        parts.append(
+            f"<h2>Known causes (expected failures)</h2><p>Expectations file: <code>{esc(exp['file'])}</code></p>"
+        )
         if exp.get("error"):
             parts.append(f"<p class='bad'>Could not be read: {esc(exp['error'])}</p>")
-        hits: dict[str, list[str]] = {}
-        for key, word in (("expected_failures", "failed as expected"), ("stale", "STALE: passed")):
-            for r in exp.get(key, []):
-                hits.setdefault(r["clause"], []).append(f"{word} ({r['dtype'] or 'no dtype axis'})")
-        rows, classes = [], []
-        for e in exp.get("entries", []):
-            run = hits.get(e["clause"], [])
-            rows.append(
-                [
-                    e["clause"],
-                    ", ".join(e["dtypes"] or ["all"]),
-                    e["reason"],
-                    e["evidence"],
-                    e.get("link") or "",
-                    "; ".join(run) or "not run or not applicable",
-                ]
-            )
-            classes.append("bad" if any(r.startswith("STALE") for r in run) else "")
-        parts.append(table(["clause", "dtypes", "reason", "evidence", "link", "this run"], rows, classes))
+        entries = exp.get("entries", [])
+        rows = [
+            [e["behaviour"], e["when_text"], e["reason"], e["evidence"], e.get("link") or "", expectation_run(e)]
+            for e in entries
+        ]
+        classes = ["bad" if e.get("status") == "stale" else "" for e in entries]
+        parts.append(table(["behaviour", "when", "reason", "evidence", "link", "this run"], rows, classes))
     return parts
 
 

@@ -21,7 +21,6 @@ OUTCOME_CELL: dict[str, str] = {
     "not run": "not run",
     "not in profile": "not in profile",
     "expected failure": "expected failure",
-    "stale expectation": "**STALE**",
 }
 """A clause's outcome in a certificate (``certificate._clause_outcome``) as a Markdown table cell."""
 
@@ -60,7 +59,8 @@ def render_markdown(doc: dict) -> str:
             out.append(f"**Verdict: NOT RUN** ({a.get('reason', '')})\n")
             continue
         cov = a.get("coverage") or {}
-        out.append(f"**Verdict: {a['verdict']}**: {cov.get('summary', '')}.\n")
+        drift = (a.get("environment") or {}).get("version_drift")  # the kernel's library is not the measured release
+        out.append(f"**Verdict: {a['verdict']}**: {cov.get('summary', '')}{f'; {drift}' if drift else ''}.\n")
         out += [f"- {line}" for line in cov.get("details", [])]
         if cov.get("details"):
             out.append("")
@@ -94,7 +94,7 @@ def render_markdown(doc: dict) -> str:
         out.append("\n## Clauses\n\n| clause | result | detail | what it checks |\n|---|---|---|---|")
         for cid, cl in a["clauses"].items():
             out.append(f"| {cid} | {outcome_cell(cl['outcome'])} | {_esc(cl['detail'])} | {_esc(cl['title'])} |")
-        out += causes_text.markdown(a.get("likely_causes"))  # issue 18: failures grouped by cause
+        out += causes_text.markdown(a.get("likely_causes"))  # failures grouped by cause
         if a.get("space_coverage"):
             out += coverage_tables.cells_markdown(a["space_coverage"])
         if a.get("pair_coverage"):
@@ -146,7 +146,7 @@ def render_compare(cols: list[tuple[str, dict, dict]]) -> str:
                 cells.append("-")
                 continue
             cell = outcome_cell(cl["outcome"])
-            if cl["outcome"] in ("fail", "expected failure", "stale expectation"):
+            if cl["outcome"] in ("fail", "expected failure"):
                 cell += " (" + cl["detail"].split(": ", 1)[-1].split(" (")[0] + ")"
             cells.append(cell)
         lines.append(f"| {cid} | " + " | ".join(cells) + " |")
@@ -206,23 +206,30 @@ def deviation_lines(deviations: list[dict]) -> list[str]:
     return [*out, ""]
 
 
+def expectation_run(entry: dict) -> str:
+    """What one known cause did in the run, in words (the certificate's "this run" column)."""
+    status = entry.get("status")
+    if status == "matched":
+        return f"explained {entry['tests']} failing clause test(s): {', '.join(entry['clauses'])}"
+    if status == "stale":
+        return f"STALE: no failing case, although {entry['reached']} cases with its features ran"
+    return "not reached: no case of this run had its features"
+
+
 def expectation_lines(section: dict) -> list[str]:
-    """The expectations file applied, its entries, and the clause tests they matched (empty: none)."""
+    """The expectations file applied, its known causes, and what each did in the run (empty: none)."""
     if not section.get("file"):
         return []
-    out = [f"## Expected failures\n\nExpectations file: `{section['file']}`.\n"]
+    out = [f"## Known causes (expected failures)\n\nExpectations file: `{section['file']}`.\n"]
     if section.get("error"):
         out.append(f"Could not be read: {_esc(section['error'])}\n")
-    out.append("| clause | dtypes | reason | evidence | link | this run |\n|---|---|---|---|---|---|")
-    hits: dict[str, list[str]] = {}
-    for key, word in (("expected_failures", "failed as expected"), ("stale", "**STALE: passed**")):
-        for r in section.get(key, []):
-            hits.setdefault(r["clause"], []).append(f"{word} ({r['dtype'] or 'no dtype axis'})")
+    out.append("| behaviour | when | reason | evidence | link | this run |\n|---|---|---|---|---|---|")
     for e in section.get("entries", []):
-        run = "; ".join(hits.get(e["clause"], [])) or "not run or not applicable"
+        run = expectation_run(e)
+        run = f"**{run}**" if e.get("status") == "stale" else run
         out.append(
-            f"| {e['clause']} | {', '.join(e['dtypes'] or ['all'])} | {_esc(e['reason'])} | {_esc(e['evidence'])} "
-            f"| {_esc(e.get('link') or '')} | {run} |"
+            f"| {_esc(e['behaviour'])} | {_esc(e['when_text'])} | {_esc(e['reason'])} | {_esc(e['evidence'])} "
+            f"| {_esc(e.get('link') or '')} | {_esc(run)} |"
         )
     return [*out, ""]
 

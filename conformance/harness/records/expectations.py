@@ -1,22 +1,35 @@
-"""``--expectations``: a library's known deviations, each with its reason, as expected failures.
+"""``--expectations``: a library's known deviations, each a *cause* scoped by the cases it shows on.
 
-A real library deviates from the spec somewhere real (float64 softmax in float32, no upcast before
-QK^T, ...). Its CI wants a gate that says "no new deviation, and none fixed silently". An
-expectations file lists the known ones; a clause test it lists runs as usual and, when it fails, is
-reported as an *expected failure* (a pytest xfail carrying the reason; verdict outcome
-``EXPECTED_FAILURE``); when it passes, the entry is *stale* and the test fails, as pytest's strict
-xfail does (outcome ``STALE_EXPECTATION``; the message says to remove the entry). The verdict
-counts them (harness.records.verdict: ``DEVIATES AS EXPECTED``, never a claim of conformance).
+A real library deviates from the spec somewhere real (``is_causal`` dropped when a mask is given,
+masks broadcast along T refused, ...). Its CI wants a gate that says "no new deviation, and none
+fixed silently". An expectations file names each known cause once, with the case features it shows
+on, not the clause tests it happens to fail: one cause fails many clauses, and which of them a
+property clause reaches depends on the examples drawn. A failing clause test is an *expected
+failure* (a pytest xfail carrying the cause; verdict outcome ``EXPECTED_FAILURE``) only when its
+failing case has every feature of one of the entry's ``when`` sets (and, where the entry names the
+convention the output follows, the output matches it); any other failure stays a failure. An entry
+whose features no longer fail anywhere in a run that reached them is *stale* and fails the run (the
+message says to remove it). The verdict lists the causes (harness.records.verdict:
+``DEVIATES AS EXPECTED``, never a claim of conformance).
 
 The file is TOML (``implementations/expectations/<adapter>.toml`` for a built-in adapter)::
 
     # Known deviations of <adapter> (library version measured ...)
-    [[deviation]]
-    clause = "UPCAST-01"
-    dtypes = ["float16", "bfloat16"]   # optional; omitted = every dtype (and clauses without a dtype axis)
-    reason = "one sentence: what the library does"
-    evidence = "the measured behaviour (numbers)"
+    [[cause]]
+    behaviour = "is_causal dropped when a mask is given"   # what the library does: the cause's name
+    when = ["causal + mask"]           # case features (harness.cases.features), all of them; or a list
+                                       # of such lists: any one of them
+    matches = "is_causal ignored"      # optional: the convention a failing output must match
+                                       # (harness.causes.conventions), checked where the output can be
+    raises = "scale must be > 0"       # optional: the behaviour is an error; a failure it explains is the
+                                       # kernel raising (or refusing) with a message this regex finds
+    reason = "one sentence: why the library does it"
+    evidence = "the measured behaviour (numbers), reproduced by calling the library directly"
     link = "https://..."               # optional: the library's docs or issue
+
+What a kernel *computes* differently (float16 products without the upcast, a finite fill of blocked
+keys, float32 at a lower precision) is not an expectation: it is a declared formulation of the
+adapter (conformance.contract.Declaration), judged exactly (docs/expectations.md).
 
 Which file applies (``--expectations``, repeatable):
 
@@ -27,20 +40,25 @@ Which file applies (``--expectations``, repeatable):
 * ``SPEC=FILE`` or ``SPEC=none``: for that ``--impl`` only (SPEC exactly as given to ``--impl``);
   these override the two forms above for their SPEC.
 
-This module reads and checks the files; harness.run.expectations_plugin applies them to a run.
+This module reads and checks the files and reviews a run's records against them;
+harness.run.expectations_plugin applies them to the clause tests of a run.
 """
 
 from __future__ import annotations
 
+import re
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from conformance.harness.spec.clause import planned_dtypes
+from conformance.harness.cases import features as cf
+from conformance.harness.causes.conventions import known_convention
 
-_KEYS = {"clause", "dtypes", "reason", "evidence", "link"}
-_REQUIRED = ("clause", "reason", "evidence")
+_KEYS = {"behaviour", "when", "matches", "raises", "reason", "evidence", "link"}
+RAISED = ("AdapterError", "UndeclaredRefusal")  # a kernel that raised on, or refused, a case it should take
+_REQUIRED = ("behaviour", "reason", "evidence")
 
 
 class ExpectationsError(ValueError):
@@ -49,27 +67,59 @@ class ExpectationsError(ValueError):
 
 @dataclass(frozen=True)
 class Expectation:
-    """One ``[[deviation]]`` entry: a clause (on some dtypes) expected to fail, and why."""
+    """One ``[[cause]]`` entry: a behaviour of the kernel, the case features it shows on, and why."""
 
-    clause: str
-    dtypes: tuple[str, ...] | None  # None: every dtype, and clauses without a dtype axis
+    behaviour: str
+    when: tuple[frozenset[str], ...]  # any one of these feature sets, each feature of it present
+    matches: str | None  # a convention the failing output must match, where the output can be checked
+    raises: str | None  # the behaviour is an error: a failure it explains raised, its message matching this
     reason: str
     evidence: str
     link: str | None
     file: str
-    entry: int  # 1-based position of the [[deviation]] in the file
+    entry: int  # 1-based position of the [[cause]] in the file
 
-    def covers(self, clause: str, dtype: str | None) -> bool:
-        return clause == self.clause and (self.dtypes is None or dtype in self.dtypes)
+    @property
+    def key(self) -> str:
+        """What a clause result names its entry by (survives the trip from an xdist worker as JSON)."""
+        return f"{Path(self.file).name}#{self.entry}"
 
     @property
     def where(self) -> str:
-        return f"{self.file}, [[deviation]] {self.entry}"
+        return f"{self.file}, [[cause]] {self.entry}"
+
+    def when_text(self) -> str:
+        """The feature sets in words: ``causal + mask`` or ``causal and decode T = 1``."""
+        return " or ".join("(" + " and ".join(sorted(s)) + ")" if len(self.when) > 1 and len(s) > 1
+                           else " and ".join(sorted(s)) for s in self.when)  # fmt: skip
+
+    def shows_on(self, features: frozenset[str]) -> bool:
+        """Whether a case with these features is one the behaviour shows on."""
+        return any(s <= features for s in self.when)
+
+    def explains(self, failure: dict | None) -> bool:
+        """Whether this behaviour explains a failing clause test's record (``harness.causes.record``):
+        every failing case it recorded has the features, and where the entry names a convention and
+        the output could be checked against conventions, the output matches it; a cause that raises
+        explains only failures where the kernel raised (or refused) with a message it matches."""
+        cases = failing_cases(failure)
+        if not cases or (self.raises and not _raised(failure or {}, self.raises)):
+            return False
+        for case in cases:
+            if not self.shows_on(cf.split(case.get("features") or "")):
+                return False
+            if self.matches and case.get("checked") and self.matches not in (case.get("matches") or ()):
+                return False
+        return True
 
     def as_dict(self) -> dict:
         return {
-            "clause": self.clause,
-            "dtypes": list(self.dtypes) if self.dtypes else None,
+            "key": self.key,
+            "behaviour": self.behaviour,
+            "when": [sorted(s) for s in self.when],
+            "when_text": self.when_text(),
+            "matches": self.matches,
+            "raises": self.raises,
             "reason": self.reason,
             "evidence": self.evidence,
             "link": self.link,
@@ -78,9 +128,21 @@ class Expectation:
         }
 
 
-def load(path: Path, plan: dict[str, tuple[str | None, ...]] | None = None) -> list[Expectation]:
-    """The entries of the expectations file at ``path``, checked against ``plan`` (clause id -> the
-    dtypes it runs with; default: every clause of the suite, ``spec.clause.planned_dtypes``)."""
+def _raised(failure: dict, pattern: str) -> bool:
+    return failure.get("error") in RAISED and re.search(pattern, str(failure.get("message") or "")) is not None
+
+
+def failing_cases(failure: dict | None) -> list[dict]:
+    """The failing cases a clause test's failure record carries: the reported one and, where the
+    clause recorded it apart, the worst one (each with ``features``, and ``matches``/``checked``)."""
+    if not failure or not failure.get("features"):
+        return []
+    return [failure] + [w for w in (failure.get("worst"),) if isinstance(w, dict) and w.get("features")]
+
+
+def load(path: Path) -> list[Expectation]:
+    """The entries of the expectations file at ``path``, checked (unknown keys, features or conventions
+    are errors that name the file and the entry)."""
     path = Path(path)
     try:
         doc = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -88,33 +150,54 @@ def load(path: Path, plan: dict[str, tuple[str | None, ...]] | None = None) -> l
         raise ExpectationsError(f"expectations file {path}: cannot be read ({exc.strerror or exc})") from None
     except tomllib.TOMLDecodeError as exc:
         raise ExpectationsError(f"expectations file {path}: not valid TOML: {exc}") from None
-    extra = sorted(set(doc) - {"deviation"})
+    if "deviation" in doc:
+        raise ExpectationsError(
+            f"expectations file {path}: [[deviation]] entries name clause ids, which this version no longer "
+            "reads: write each known cause once as [[cause]] with the case features it shows on "
+            "(behaviour, when, reason, evidence; docs/expectations.md)"
+        )
+    extra = sorted(set(doc) - {"cause"})
     if extra:
         raise ExpectationsError(
-            f"expectations file {path}: unknown top-level key(s) {extra}; expected [[deviation]] tables"
+            f"expectations file {path}: unknown top-level key(s) {extra}; expected [[cause]] tables"
         )
-    entries = doc.get("deviation", [])
+    entries = doc.get("cause", [])
     if not isinstance(entries, list):
-        raise ExpectationsError(f"expectations file {path}: 'deviation' must be an array of tables ([[deviation]])")
-    plan = planned_dtypes() if plan is None else plan
+        raise ExpectationsError(f"expectations file {path}: 'cause' must be an array of tables ([[cause]])")
     out: list[Expectation] = []
     for n, raw in enumerate(entries, start=1):
-        exp = _entry(raw, path, n, plan)
-        clash = next((e for e in out if e.clause == exp.clause and _overlap(e.dtypes, exp.dtypes)), None)
+        exp = _entry(raw, path, n)
+        clash = next((e for e in out if e.behaviour == exp.behaviour), None)
         if clash is not None:
             raise ExpectationsError(
-                f"{exp.where}: clause {exp.clause} is already listed by [[deviation]] {clash.entry}"
+                f"{exp.where}: behaviour {exp.behaviour!r} is already listed by [[cause]] {clash.entry}"
             )
         out.append(exp)
     return out
 
 
-def _overlap(a: tuple[str, ...] | None, b: tuple[str, ...] | None) -> bool:
-    return a is None or b is None or bool(set(a) & set(b))
+def _when(raw: Any, where: str) -> tuple[frozenset[str], ...]:
+    """``when``: a list of features (one set) or a list of such lists (any of them)."""
+    if isinstance(raw, list) and raw and all(isinstance(f, str) for f in raw):
+        sets = [raw]
+    elif isinstance(raw, list) and raw and all(isinstance(s, list) and s for s in raw):
+        sets = raw
+    else:
+        raise ExpectationsError(
+            f"{where}: 'when' must be a non-empty list of case features, or a list of such lists (any of them)"
+        )
+    for s in sets:
+        bad = [f for f in s if not isinstance(f, str) or not cf.is_known(f)]
+        if bad:
+            raise ExpectationsError(
+                f"{where}: unknown case feature(s) {bad} in 'when'; features are written as the likely causes "
+                f"print them, e.g. {', '.join(repr(f) for f in cf.EXAMPLES)}"
+            )
+    return tuple(frozenset(s) for s in sets)
 
 
-def _entry(raw: Any, path: Path, n: int, plan: dict[str, tuple[str | None, ...]]) -> Expectation:
-    where = f"{path}, [[deviation]] {n}"
+def _entry(raw: Any, path: Path, n: int) -> Expectation:
+    where = f"{path}, [[cause]] {n}"
     if not isinstance(raw, dict):
         raise ExpectationsError(f"{where}: must be a table")
     unknown = sorted(set(raw) - _KEYS)
@@ -123,27 +206,65 @@ def _entry(raw: Any, path: Path, n: int, plan: dict[str, tuple[str | None, ...]]
     for key in _REQUIRED:
         if not isinstance(raw.get(key), str) or not raw[key].strip():
             raise ExpectationsError(f"{where}: missing {key!r} (a non-empty string)")
-    clause = raw["clause"].strip()
-    if clause not in plan:
-        near = sorted(c for c in plan if c.split("-")[0] == clause.split("-")[0])[:6]
-        hint = f"; clauses of that family: {', '.join(near)}" if near else ""
-        raise ExpectationsError(f"{where}: unknown clause id {clause!r} (docs/clauses.md lists them){hint}")
-    dtypes = raw.get("dtypes")
-    if dtypes is not None:
-        axis = [d for d in plan[clause] if d is not None]
-        if not isinstance(dtypes, list) or not dtypes or not all(isinstance(d, str) for d in dtypes):
-            raise ExpectationsError(f"{where}: 'dtypes' must be a non-empty list of dtype names, or omitted")
-        if not axis:
-            raise ExpectationsError(f"{where}: clause {clause} has no dtype axis; omit 'dtypes'")
-        bad = [d for d in dtypes if d not in axis]
-        if bad:
-            raise ExpectationsError(f"{where}: bad dtype(s) {bad} for clause {clause}, which runs in {', '.join(axis)}")
+    if "when" not in raw:
+        raise ExpectationsError(f"{where}: missing 'when' (the case features the behaviour shows on)")
+    when = _when(raw["when"], where)
+    matches = raw.get("matches")
+    if matches is not None and (not isinstance(matches, str) or not known_convention(matches)):
+        raise ExpectationsError(
+            f"{where}: 'matches' = {matches!r} is not a convention the likely causes test "
+            "(e.g. 'is_causal ignored', 'causal_alignment=bottom-right', 'all_blocked=mean-v')"
+        )
+    raises = raw.get("raises")
+    if raises is not None:
+        try:
+            re.compile(raises if isinstance(raises, str) and raises.strip() else "(")
+        except re.error:
+            raise ExpectationsError(
+                f"{where}: 'raises' must be a regular expression the kernel's error message matches, or omitted"
+            ) from None
     link = raw.get("link")
     if link is not None and (not isinstance(link, str) or not link.strip()):
         raise ExpectationsError(f"{where}: 'link' must be a non-empty string, or omitted")
     return Expectation(
-        clause, tuple(dtypes) if dtypes else None, raw["reason"].strip(), raw["evidence"].strip(), link, str(path), n
+        behaviour=raw["behaviour"].strip(),
+        when=when,
+        matches=matches,
+        raises=raises,
+        reason=raw["reason"].strip(),
+        evidence=raw["evidence"].strip(),
+        link=link,
+        file=str(path),
+        entry=n,
     )
+
+
+def review(entries: Iterable[Expectation], rows: Iterable[dict]) -> dict[str, dict]:
+    """What each entry did in a run, from one adapter's clause results (dicts): entry key ->
+    {"status": "matched" | "stale" | "not reached", "tests": clause tests it explained,
+    "clauses": their clause ids, "reached": cases with its features that passed}.
+
+    *Stale*: the run reached cases with the entry's features and none of them failed as it says,
+    so the library no longer does this (or the entry's features are too wide to mean anything).
+    *Not reached*: no case of the run had its features (a run of a few clauses); not a failure."""
+    rows = list(rows)
+    out = {}
+    for e in entries:
+        hits = [r for r in rows if r.get("expectation") == e.key]
+        reached = sum(
+            n
+            for r in rows
+            for k, n in (r.get("case_features") or {}).items()
+            if e.shows_on(cf.split(k))
+        )  # fmt: skip
+        status = "matched" if hits else ("stale" if reached else "not reached")
+        out[e.key] = {
+            "status": status,
+            "tests": len(hits),
+            "clauses": sorted({r["clause"] for r in hits}),
+            "reached": reached,
+        }
+    return out
 
 
 def expectations_dir() -> Path:

@@ -32,7 +32,6 @@ CELL_WORDS: dict[str, tuple[str, str]] = {
     "pass": ("pass", "ok"),
     "fail": ("fail", "bad"),
     "expected failure": ("expected failure", "xfail"),
-    "stale expectation": ("stale expectation", "bad"),
     "not applicable": ("n/a", "na"),
     "not run": ("not run", "nr"),
     "skipped": ("skipped", "nr"),
@@ -60,11 +59,12 @@ class TestRef:
 @dataclass(frozen=True)
 class Cell:
     outcome: str  # the certificate's word ("pass", "fail", "not applicable", ...) or "-"
-    word: str  # as shown: pass / fail / expected failure / stale expectation / n/a / not run / -
+    word: str  # as shown: pass / fail / expected failure / n/a / not run / -
     kind: str  # ok / bad / xfail / na / nr
     reason: str  # the certificate's detail, or the expectation's reason
     message: str = ""  # the first failure's message, for a failing cell
     command: str = ""  # reruns this clause on this adapter
+    picture: dict | None = field(default=None, compare=False, hash=False)  # the first failing case (causes.picture)
 
     @property
     def brief(self) -> str:
@@ -155,19 +155,15 @@ def _cell(cid: str, cl: dict | None, entry: dict, spec: str, cmd: str) -> Cell:
     if kind not in ("bad", "xfail"):
         return Cell(outcome, word, kind, reason, "", cmd)
     expectations = entry.get("expectations") or {}
-    listed = [
-        e
-        for key in ("expected_failures", "stale")
-        for e in expectations.get(key) or []
-        if isinstance(e, dict) and e.get("clause") == cid
-    ]
+    listed = [e for e in expectations.get("expected_failures") or [] if isinstance(e, dict) and e.get("clause") == cid]
     why = sorted({str(e["reason"]) for e in listed if e.get("reason")})
     if why:
         reason += " — expected because: " + " / ".join(why)
     messages = [str(r.get("message") or "") for r in listed] + [
         str(f.get("message") or "") for f in entry.get("failures") or [] if f.get("clause") == cid
     ]
-    return Cell(outcome, word, kind, reason, next((m.strip() for m in messages if m.strip()), ""), cmd)
+    message = next((m.strip() for m in messages if m.strip()), "")
+    return Cell(outcome, word, kind, reason, message, cmd, cl.get("picture") or None)
 
 
 def build_matrix(certificates: list[tuple[str, dict]], pyargs: bool = False) -> Matrix:

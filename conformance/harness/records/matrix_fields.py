@@ -92,15 +92,21 @@ def likely_cause_lines(value: Any) -> tuple[str, ...]:
 
 
 def column_notes(entry: dict) -> tuple[tuple[str, str], ...]:
-    """What the certificate says beside the verdict, each (short, whole): expected failures, declared
-    deviations from the spec (the whole form quotes the sentence departed from)."""
+    """What the certificate says beside the verdict, each (short, whole): the known causes of its expected
+    failures (stale ones said so), declared deviations from the spec (the whole form quotes the sentence
+    departed from)."""
     notes = []
-    counts = entry.get("counts") or {}
-    summary = str((entry.get("coverage") or {}).get("summary", ""))
-    for outcome in ("expected failure", "stale expectation"):
-        if counts.get(outcome) and outcome not in summary:  # the verdict's own line may count them already
-            note = f"{counts[outcome]} clause{'s' if counts[outcome] > 1 else ''}: {outcome}"
-            notes.append((note, note))
+    for e in (entry.get("expectations") or {}).get("entries") or []:
+        if not isinstance(e, dict) or e.get("status") not in ("matched", "stale"):
+            continue
+        word = "known cause" if e["status"] == "matched" else "STALE known cause"
+        short = f"{word}: {e.get('behaviour')}"
+        whole = f"{short} (when {e.get('when_text')}): " + (
+            f"{e.get('tests')} clause test(s) of {', '.join(e.get('clauses') or [])}"
+            if e["status"] == "matched"
+            else "no failing case in this run: remove the entry"
+        )
+        notes.append((short, whole))
     for d in entry.get("deviations") or []:
         if isinstance(d, dict) and "field" in d:
             where = f"{str(d.get('file', ''))[:3]} {str(d.get('section', '')).split(' ')[0]}".strip()
@@ -111,6 +117,9 @@ def column_notes(entry: dict) -> tuple[tuple[str, str], ...]:
             notes.append((short, whole))
         else:
             notes.append(("declared deviation: " + _record_text(d),) * 2)
+    drift = (entry.get("environment") or {}).get("version_drift")  # a library release other than the measured one
+    if drift:
+        notes.append((str(drift), str(drift)))
     found = entry.get("discovery")  # pytest --discover: the declaration was measured, not written
     if isinstance(found, dict):
         declared = " ".join(f"--declare {a}" for a in found.get("declare") or []) or "nothing differed"

@@ -10,7 +10,8 @@ comes from a certificate or a kernel goes through ``html_parts.esc``.
 
 from __future__ import annotations
 
-from conformance.harness.records.html_parts import esc, page
+from conformance.harness.records import heatmap_svg
+from conformance.harness.records.html_parts import esc, inline_svg, page
 from conformance.harness.records.matrix_build import Cell, Column, Matrix, Row
 
 STYLE = """
@@ -27,6 +28,7 @@ td code.cmd { display: block; white-space: pre-wrap; word-break: break-all; back
 blockquote { margin: 4px 0 4px 8px; color: #444; }
 .libs { font-weight: normal; font-size: 11px; color: #555; }
 ul.causes { list-style: none; padding-left: 2px; margin: 0; } ul.causes li { margin-bottom: 4px; }
+div.pic { overflow-x: auto; max-width: 252px; } details[open] div.pic { max-width: none; width: max-content; }
 """
 
 
@@ -72,6 +74,9 @@ def cell_html(cell: Cell) -> str:
     shown = cell.word + (f": {cell.brief}" if cell.brief and cell.kind in ("bad", "xfail") else "")
     if cell.message:
         inner.append(f"<pre>{esc(cell.message)}</pre>")
+    if cell.picture:  # the first failing case, drawn; wide, so it scrolls inside the cell
+        svg = heatmap_svg.render(cell.picture, f"first failing case [{cell.picture.get('dtype')}]")
+        inner.append(f"<div class='pic'>{inline_svg(svg)}</div>")
     if cell.command:
         inner.append(f"<code class='cmd'>{esc(cell.command)}</code>")
     return (
@@ -100,8 +105,9 @@ def render(matrix: Matrix, command_line: str = "") -> str:
     parts.append(
         "<p class='muted'>A row per clause (an executable sentence of the spec) under the section of the seed "
         "it enforces; hover or expand a clause for its sentence. A column per adapter. <b>pass</b>: passed in "
-        "every dtype it applies to; <b>fail</b>: failed (dtypes in the cell); <b>expected failure</b>: a known "
-        "deviation listed in the adapter's expectations; <b>stale expectation</b>: listed there but passing; "
+        "every dtype it applies to; <b>fail</b>: failed (dtypes in the cell); <b>expected failure</b>: failed "
+        "as a known cause of the adapter's expectations file explains (the column's notes name the causes; a stale one "
+        "fails the verdict); "
         "<b>n/a</b>: the declaration rules the clause out; <b>not run</b>: no result in this run. Expand a cell "
         "for its reason and the command that reruns the row on that adapter.</p>"
     )

@@ -14,7 +14,7 @@ import re
 from html import escape
 
 from conformance.harness.records.certificate_markdown import outcome_cell
-from conformance.harness.records.matrix_build import Cell, Column, Matrix
+from conformance.harness.records.matrix_build import Cell, Column, Matrix, Row
 
 REASON_CHARS = 90  # a table cell's reason is cut here; the Deviations section has it whole
 
@@ -47,6 +47,28 @@ def fenced(s: object) -> str:
     return f"{fence}text\n{t}\n{fence}"
 
 
+PICTURES = "failing-cases"  # the folder beside matrix.md that holds the failing cases' SVGs
+
+
+def picture_path(col: Column, row: Row) -> str:
+    """Where the failing case of ``row`` on ``col`` is drawn, relative to matrix.md (a safe file name)."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{col.label}--{row.clause}")
+    return f"{PICTURES}/{name}.svg"
+
+
+def pictures(matrix: Matrix) -> dict[str, str]:
+    """Relative path -> SVG document, for every failing cell that carries its case's picture."""
+    from conformance.harness.records import heatmap_svg
+
+    out = {}
+    for row in matrix.rows:
+        for col, cell in zip(matrix.columns, row.cells, strict=True):
+            if cell.picture and cell.kind in ("bad", "xfail"):
+                title = f"{row.clause} [{cell.picture.get('dtype')}] on {col.label}: {cell.word}"
+                out[picture_path(col, row)] = heatmap_svg.render(cell.picture, title)
+    return out
+
+
 def libraries(col: Column) -> str:
     return ", ".join(f"{k} {v}" for k, v in col.libraries.items()) or "-"
 
@@ -64,10 +86,10 @@ def render(matrix: Matrix, command_line: str = "") -> str:
     out.append(
         "One row per clause (an executable sentence of the spec), grouped by the section of the seed it "
         "enforces; one column per adapter. **pass**: passed in every dtype it applies to; **FAIL** (dtypes); "
-        "**expected failure**: a known deviation listed in the adapter's expectations; **stale expectation**: "
-        "listed there but now passing; **n/a**: the adapter's declaration rules the clause out (reason "
-        "given); **not run**: no result in this run. Every cell is rerun by the command under "
-        "*Reproduce* with the row's clause test.\n"
+        "**expected failure**: failed as a known cause of the adapter's expectations file explains (the "
+        "verdict lines name the causes; a stale cause fails the verdict); **n/a**: the adapter's declaration "
+        "rules the clause out (reason given); **not run**: no result in this run. Every cell is rerun by the "
+        "command under *Reproduce* with the row's clause test.\n"
     )
     out.append("## Verdicts\n")
     out.append("| adapter | library | device | verdict | coverage | likely causes |\n|---|---|---|---|---|---|")
@@ -122,6 +144,8 @@ def render(matrix: Matrix, command_line: str = "") -> str:
                 out.append(f"Reproduce: {code(cell.command)}\n")
             if cell.message:
                 out.append(fenced("\n".join(cell.message.splitlines()[:12])) + "\n")
+            if cell.picture:
+                out.append(f"![{text(col.label)}: {text(row.clause)}, first failing case]({picture_path(col, row)})\n")
     if not listed:
         out.append("None: every clause passed or was not applicable.")
     return "\n".join(out) + "\n"

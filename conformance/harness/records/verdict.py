@@ -12,10 +12,11 @@ is written once:
   that is not the kernel's declaration). A partial run is never a certification.
 * **NOT RUN** — nothing failed and nothing passed: the declaration ruled every clause out, or the
   adapter is unavailable here.
-* **DEVIATES AS EXPECTED** — no unexpected failure, but some clause tests failed as an expectations
-  file lists them (harness.records.expectations: known deviations of a library, each with its reason). Not
-  a claim of conformance; exit code 0, so a library's CI gates on "no new deviation". An expectation
-  whose clause now passes is *stale* and fails the run (DOES NOT CONFORM), as pytest's strict xfail.
+* **DEVIATES AS EXPECTED** — no unexpected failure, but some clause tests failed as a known cause of an
+  expectations file explains them (harness.records.expectations: a library's known behaviours, each
+  scoped by the case features it shows on, with its reason). Not a claim of conformance; exit code 0,
+  so a library's CI gates on "no new deviation". A cause that no longer fails anywhere the run reached
+  its features is *stale* and fails the run (DOES NOT CONFORM), as pytest's strict xfail does.
 * **CONFORMS AS DECLARED** — every clause passed or was not applicable, under a declaration that
   departs from rules the spec states (harness.records.deviations: e.g. ``all_blocked=mean-v`` against 000 §8's
   zero rows); the verdict lists each deviation with the sentence it departs from.
@@ -33,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 PASSED = "passed"
 FAILED = "failed"
@@ -40,8 +42,7 @@ NOT_APPLICABLE = "not applicable"  # by the kernel's declaration
 NOT_IN_PROFILE = "not in profile"
 SKIPPED = "skipped"  # anything else: adapter unavailable, an unexpected skip
 NOT_RUN = "not run"  # planned, but no result came back (deselected, interrupted)
-EXPECTED_FAILURE = "expected failure"  # failed, as an expectations file lists it (harness.records.expectations)
-STALE_EXPECTATION = "stale expectation"  # listed as an expected failure, but passed: a failure of the run
+EXPECTED_FAILURE = "expected failure"  # failed, as a known cause explains (harness.records.expectations)
 
 CONFORMS = "CONFORMS"
 CONFORMS_AS_DECLARED = "CONFORMS AS DECLARED"
@@ -88,6 +89,7 @@ class ClauseResult:
     examples_planned: int | None = None
     case_features: dict[str, int] | None = None  # passed: feature key -> cases run (harness.cases.features)
     failure: dict | None = None  # failed: the failing case's features, call, error, matches (harness.causes.likely)
+    expectation: str | None = None  # expected failure: the key of the known cause that explains it
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -106,8 +108,10 @@ class Verdict:
     clauses_planned: int
     clauses_passed: list[str] = field(default_factory=list)
     clauses_failed: list[str] = field(default_factory=list)
-    clauses_expected: dict[str, str] = field(default_factory=dict)  # clause -> "dtypes: reason" (expected failures)
-    clauses_stale: dict[str, str] = field(default_factory=dict)  # clause -> why its expectation is stale
+    clauses_expected: dict[str, str] = field(default_factory=dict)  # clause -> "dtypes: cause" (expected failures)
+    causes_expected: dict[str, dict] = field(default_factory=dict)  # behaviour -> review (records.expectations)
+    causes_stale: dict[str, str] = field(default_factory=dict)  # behaviour -> why its entry is stale
+    causes_unseen: list[str] = field(default_factory=list)  # known causes no failure of a partial run showed
     deviations: list[dict] = field(default_factory=list)  # harness.records.deviations.Deviation.as_dict(), declared
     clauses_na: dict[str, str] = field(default_factory=dict)  # clause -> reason (by declaration)
     clauses_missing: dict[str, str] = field(default_factory=dict)  # clause -> why it is incomplete
@@ -128,14 +132,15 @@ class Verdict:
     def coverage(self) -> str:
         """Clause coverage and case coverage, in one line."""
         run = sum(map(len, (self.clauses_passed, self.clauses_failed, self.clauses_na)))
-        run += len(self.clauses_expected) + len(self.clauses_stale)
+        run += len(self.clauses_expected)
         parts = [f"{len(self.clauses_passed)}/{self.clauses_planned} clauses passed"]
         if self.clauses_failed:
             parts.append(f"{len(self.clauses_failed)} failed")
-        if self.clauses_stale:
-            parts.append(_plural(len(self.clauses_stale), "stale expectation"))
+        if self.causes_stale:
+            parts.append(_plural(len(self.causes_stale), "stale expectation"))
         if self.clauses_expected:
-            parts.append(_plural(len(self.clauses_expected), "expected failure"))
+            n = len(self.causes_expected)
+            parts.append(_plural(len(self.clauses_expected), "expected failure") + f" ({_plural(n, 'known cause')})")
         if self.clauses_na:
             parts.append(f"{len(self.clauses_na)} not applicable by declaration")
         if self.clauses_missing:
@@ -153,14 +158,18 @@ class Verdict:
         lines = []
         if self.clauses_failed:
             lines.append("failed: " + ", ".join(self.clauses_failed))
-        if self.clauses_stale:
+        for behaviour, why in sorted(self.causes_stale.items()):
+            lines.append(f"stale expectation: {behaviour!r}: {why}")
+        if self.causes_unseen:
             lines.append(
-                "stale expectations (the clause passes now: remove its entry from the expectations file): "
-                + ", ".join(sorted(self.clauses_stale))
+                "known causes not seen failing in this partial run (stale or not, a whole run decides): "
+                + "; ".join(self.causes_unseen)
             )
-        if self.clauses_expected:
-            shown = "; ".join(f"{c} [{why}]" for c, why in sorted(self.clauses_expected.items()))
-            lines.append(f"expected failures (listed in the expectations file): {shown}")
+        for behaviour, seen in sorted(self.causes_expected.items()):
+            lines.append(
+                f"expected cause: {behaviour} (when {seen['when_text']}): {_plural(seen['tests'], 'clause test')}, "
+                + ", ".join(seen["clauses"])
+            )
         for d in self.deviations:
             lines.append(f"declared deviation: {d['field']}={d['value']} ({d['what']}) departs from {d['citation']}")
         if self.clauses_missing:
@@ -206,14 +215,18 @@ def decide(
     results: Iterable[ClauseResult],
     planned: dict[str, tuple[str | None, ...]],
     deviations: Iterable[dict] = (),
+    expectations: Iterable[Any] = (),
 ) -> Verdict:
     """The verdict on one adapter from its clause results and the run's plan.
 
     ``planned`` maps every clause id of the suite to the dtypes it runs with (``(None,)`` for a
     clause without a dtype axis). A planned (clause, dtype) with no result is *not run*.
     ``deviations`` are the declaration's departures from the spec (``harness.records.deviations``, as dicts):
-    a run that would conform conforms *as declared* when there are any.
+    a run that would conform conforms *as declared* when there are any. ``expectations``: the known
+    causes that applied (``harness.records.expectations.Expectation``); each is reviewed against the
+    records, and a stale one is a failure of the run.
     """
+    results = list(results)
     by_clause: dict[str, dict[str | None, ClauseResult]] = {}
     for r in results:
         by_clause.setdefault(r.clause, {})[r.dtype] = r
@@ -242,8 +255,6 @@ def decide(
         missing = [d for d in planned.get(cid, ()) if d not in got]
         if FAILED in outcomes:
             v.clauses_failed.append(cid)
-        elif STALE_EXPECTATION in outcomes:
-            v.clauses_stale[cid] = _clause_reason([r for r in rows if r.outcome == STALE_EXPECTATION])
         elif missing or SKIPPED in outcomes or NOT_IN_PROFILE in outcomes:
             if not rows:
                 why = "not selected or not run"
@@ -258,8 +269,9 @@ def decide(
             v.clauses_passed.append(cid)
         else:
             v.clauses_na[cid] = _clause_reason(rows)
-    ran = (PASSED, FAILED, EXPECTED_FAILURE, STALE_EXPECTATION)
-    if v.clauses_failed or v.clauses_stale:
+    _review(v, list(expectations), results)
+    ran = (PASSED, FAILED, EXPECTED_FAILURE)
+    if v.clauses_failed or v.causes_stale:
         v.word = DOES_NOT_CONFORM
     elif not v.clauses_passed and not any(r.outcome in ran for rows in by_clause.values() for r in rows.values()):
         v.word = NOT_RUN_VERDICT
@@ -270,6 +282,28 @@ def decide(
     elif v.deviations:
         v.word = CONFORMS_AS_DECLARED
     return v
+
+
+def _review(v: Verdict, entries: list[Any], results: list[ClauseResult]) -> None:
+    """The known causes' part of the verdict: what each explained, and which are stale. A partial run
+    (clauses missing) cannot tell a stale cause from one whose failing clauses were not selected: such
+    causes are listed as unseen, not failed."""
+    if not entries:
+        return
+    from conformance.harness.records.expectations import review
+
+    seen = review(entries, (r.as_dict() for r in results))
+    for e in entries:
+        got = seen[e.key]
+        if got["status"] == "matched":
+            v.causes_expected[e.behaviour] = {**got, "when_text": e.when_text(), "where": e.where}
+        elif got["status"] == "stale" and v.clauses_missing:
+            v.causes_unseen.append(e.behaviour)
+        elif got["status"] == "stale":
+            v.causes_stale[e.behaviour] = (
+                f"no failing case with {e.when_text()} in this run, although {got['reached']} cases with those "
+                f"features ran: the kernel no longer does this; remove {e.where}"
+            )
 
 
 def clause_outcome(rows: list[dict]) -> tuple[str, str]:
@@ -284,8 +318,6 @@ def clause_outcome(rows: list[dict]) -> tuple[str, str]:
 
     if "failed" in outs:
         return "fail", f"failed: {dts('failed') or 'all'}"
-    if "stale expectation" in outs:
-        return "stale expectation", f"passed although expected to fail: {dts('stale expectation') or 'all'}"
     if "expected failure" in outs:
         passed = dts("passed")
         return "expected failure", f"expected failure: {dts('expected failure') or 'all'}" + (

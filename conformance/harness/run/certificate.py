@@ -139,6 +139,9 @@ def build(config: pytest.Config) -> dict:
                 "detail": detail,
                 "by_dtype": {str(r["dtype"]): {"outcome": r["outcome"], "reason": r["reason"]} for r in by_clause[cid]},
             }
+            picture = _first_picture(by_clause[cid])  # the first failing case, drawn (harness.causes.picture)
+            if picture:
+                clauses[cid]["picture"] = picture
         counts: dict[str, int] = {}
         for c in clauses.values():
             counts[c["outcome"]] = counts.get(c["outcome"], 0) + 1
@@ -163,7 +166,8 @@ def build(config: pytest.Config) -> dict:
             "cases_refused": v.cases_refused if v is not None else 0,
             "not_in_profile": v.not_in_profile if v is not None else [],
             "expected_failures": len(v.clauses_expected) if v is not None else 0,
-            "stale_expectations": len(v.clauses_stale) if v is not None else 0,
+            "expected_causes": sorted(v.causes_expected) if v is not None else [],
+            "stale_expectations": len(v.causes_stale) if v is not None else 0,
         }
         entry.update(
             name=impl.name,
@@ -180,15 +184,24 @@ def build(config: pytest.Config) -> dict:
             error_stats_source=stats_source,
             baseline={k: v for k, v in base.items() if k != "per_dtype"} or None,
         )
-        entry["perf"] = perf.certificate_section(config, spec)  # issue 11: perf data and error ratios
+        entry["perf"] = perf.certificate_section(config, spec)  # perf data and error ratios
         entry["space_coverage"] = coverage_tables.cells_table(
             space_coverage.counts(config).get(spec, {}), impl.declaration
         )
         entry["pair_coverage"] = pair_coverage.table(config, spec, impl.declaration)
         entry["discovery"] = state.discovered.get(spec)  # --discover: what was measured, and the findings
-        entry["likely_causes"] = _likely_causes(state.results, spec)  # issue 18: failures grouped by cause
+        entry["likely_causes"] = _likely_causes(state.results, spec)  # failures grouped by cause
         doc["adapters"][spec] = entry
     return doc
+
+
+def _first_picture(rows: list[dict]) -> dict | None:
+    """The picture of a clause's first failing test (failed, or failed as expected), with its dtype."""
+    for r in rows:
+        picture = (r.get("failure") or {}).get("picture") if r["outcome"] in ("failed", "expected failure") else None
+        if picture:
+            return {**picture, "dtype": r["dtype"] or picture.get("case_dtype")}
+    return None
 
 
 def _likely_causes(results: list[dict], spec: str) -> dict:

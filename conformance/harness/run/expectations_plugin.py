@@ -1,19 +1,23 @@
-"""The pytest side of ``--expectations`` (the file format and the choice of file: harness.records.expectations).
+"""The pytest side of ``--expectations`` (the file format, the choice of file and the review of a run:
+harness.records.expectations).
 
 A file named on the command line is loaded and checked before any test runs (a bad entry is a usage
 error, exit 4, naming the file and the entry); a built-in's own file once clauses are collected,
 since every pytest run in the environment loads this plugin and most collect no clause. The plugin's
-report hook calls :func:`apply` on each clause test's report before it records the verdict's result.
+report hook calls :func:`apply` on each failing clause test's record before it keeps it; whether each
+entry was stale is decided at the end, from every record (``runstate.verdicts``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from conformance.harness.records.expectations import Expectation, ExpectationsError, choose_files, load
+from conformance.harness.records.expectations import Expectation, ExpectationsError, choose_files, load, review
 from conformance.harness.run import runstate
 
 OPT_EXPECTATIONS = "expectations"
@@ -29,11 +33,12 @@ class Applied:
     def entries(self, spec: str) -> list[Expectation]:
         if spec not in self.loaded:
             path = self.files.get(spec)
-            self.loaded[spec] = load(path, runstate.planned_dtypes()) if path is not None else []
+            self.loaded[spec] = load(path) if path is not None else []
         return self.loaded[spec]
 
-    def find(self, spec: str, clause: str, dtype: str | None) -> Expectation | None:
-        return next((e for e in self.entries(spec) if e.covers(clause, dtype)), None)
+    def explaining(self, spec: str, failure: dict | None) -> Expectation | None:
+        """The first entry of ``spec``'s file whose behaviour explains this failure record."""
+        return next((e for e in self.entries(spec) if e.explains(failure)), None)
 
 
 _KEY = pytest.StashKey[Applied]()
@@ -45,9 +50,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="append",
         default=[],
         metavar="FILE|none|SPEC=FILE",
-        help="known deviations to report as expected failures (TOML, [[deviation]] entries). Default: a built-in "
-        "adapter's own implementations/expectations/<name>.toml; 'none' shows the raw verdict; FILE applies to "
-        "every --impl; SPEC=FILE (or SPEC=none) to one. An entry whose clause now passes fails the run.",
+        help="known causes of deviation to report as expected failures (TOML, [[cause]] entries scoped by case "
+        "features). Default: a built-in adapter's own implementations/expectations/<name>.toml; 'none' shows the raw "
+        "verdict; FILE applies to every --impl; SPEC=FILE (or SPEC=none) to one. A cause that no longer fails where "
+        "the run reached its features fails the run.",
     )
 
 
@@ -64,6 +70,7 @@ def pytest_configure(config: pytest.Config) -> None:
     except ExpectationsError as exc:
         raise pytest.UsageError(str(exc)) from None
     config.stash[_KEY] = applied
+    state.expectations = applied
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -84,22 +91,23 @@ def _is_clause(item: pytest.Item) -> bool:
     return info_of(getattr(item, "function", None)) is not None
 
 
-def _listed(item: pytest.Item, clause: str) -> Expectation | None:
-    """The entry that lists this clause test (its adapter and dtype), or None."""
+def _entries_of(item: pytest.Item) -> list[Expectation]:
+    """The expectations entries of this clause test's adapter (empty: none apply)."""
     applied = item.config.stash.get(_KEY, None)
     callspec = getattr(item, "callspec", None)
     if applied is None or callspec is None:
-        return None
-    return applied.find(str(callspec.params.get("impl")), clause, callspec.params.get("dtype"))
+        return []
+    return applied.entries(str(callspec.params.get("impl")))
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item):
-    """A property-based clause test listed as an expected failure runs without hypothesis' shrink
+    """A property-based clause test of an adapter with known causes runs without hypothesis' shrink
     phase. Why: shrinking a failure the file already explains repeats the kernel call hundreds of
-    times for nothing (on hf-sdpa it was most of the run); whether the test still fails (an expected
-    failure) or now passes (a stale expectation) is decided by the generated examples alone, which
-    are unchanged. The reported example of such a failure is the first failing one, unshrunk."""
+    times for nothing (on hf-sdpa it was most of the run). The first failing example is judged as the
+    shrunk one would be: it is explained only if it has every feature of a cause (shrinking only
+    removes features), and otherwise it is an unexpected failure, reported unshrunk
+    (``--expectations=none`` shrinks it)."""
     from conformance.harness.spec.clause import info_of
 
     obj = getattr(item, "obj", None)
@@ -109,7 +117,7 @@ def pytest_runtest_call(item: pytest.Item):
         return (yield)
     from hypothesis import Phase, settings
 
-    if Phase.shrink not in current.phases or _listed(item, info.id) is None:
+    if Phase.shrink not in current.phases or not _entries_of(item):
         return (yield)
     obj._hypothesis_internal_use_settings = settings(
         parent=current, phases=[p for p in current.phases if p is not Phase.shrink]
@@ -120,51 +128,48 @@ def pytest_runtest_call(item: pytest.Item):
         obj._hypothesis_internal_use_settings = current
 
 
-def apply(item: pytest.Item, rep: pytest.TestReport, clause: str) -> tuple[str, str] | None:
-    """Turn a listed clause test's report into an expected failure (xfail) or a stale expectation
-    (a failure); returns (verdict outcome, reason) for its record, or None when no entry lists it."""
+def apply(item: pytest.Item, rep: pytest.TestReport, result: Any) -> Any:
+    """A failing clause test whose failure record a known cause explains becomes an expected failure
+    (an xfail carrying the cause); returns its record (``verdict.ClauseResult``) with the outcome, the
+    cause and the entry's key, or ``result`` unchanged."""
     from conformance.harness.records import verdict
 
-    if rep.when != "call" or rep.skipped:
-        return None
-    exp = _listed(item, clause)
+    if rep.when != "call" or not rep.failed:
+        return result
+    applied = item.config.stash.get(_KEY, None)
+    exp = applied.explaining(result.impl, result.failure) if applied is not None else None
     if exp is None:
-        return None
-    if rep.failed:
-        rep.outcome = "skipped"
-        rep.wasxfail = f"expected failure ({exp.where}): {exp.reason}"
-        return verdict.EXPECTED_FAILURE, exp.reason
-    message = (
-        f"stale expectation: {clause} passed, but {exp.where} lists it as an expected failure "
-        f"({exp.reason}). The kernel no longer deviates here: remove the entry."
-    )
-    rep.outcome = "failed"
-    rep.longrepr = message
-    return verdict.STALE_EXPECTATION, message
+        return result
+    rep.outcome = "skipped"
+    rep.wasxfail = f"expected failure ({exp.where}): {exp.behaviour}: {exp.reason}"
+    return dataclasses.replace(result, outcome=verdict.EXPECTED_FAILURE, reason=exp.behaviour, expectation=exp.key)
 
 
 def certificate_section(config: pytest.Config, spec: str, rows: list[dict], fails: dict) -> dict:
-    """The certificate's record for ``spec``: the expectations file applied, its entries, and the clause
-    tests it turned into expected failures (with the failure's message, from ``fails`` by node id) or
-    stale expectations. ``rows``: this spec's ClauseResult dicts."""
+    """The certificate's record for ``spec``: the expectations file applied, each entry with what it did
+    in this run (``records.expectations.review``: matched, stale, not reached), and the clause tests it
+    turned into expected failures (with the failure's message, from ``fails`` by node id)."""
     from conformance.harness.records import verdict
 
     applied = config.stash.get(_KEY, None)
     path = applied.files.get(spec) if applied is not None else None
     section: dict = {"file": str(path) if path else None, "entries": []}
     try:
-        section["entries"] = [e.as_dict() for e in applied.entries(spec)] if applied is not None else []
+        entries = applied.entries(spec) if applied is not None else []
     except ExpectationsError as exc:
         section["error"] = str(exc)
-    for key, outcome in (("expected_failures", verdict.EXPECTED_FAILURE), ("stale", verdict.STALE_EXPECTATION)):
-        section[key] = [
-            {
-                "clause": r["clause"],
-                "dtype": r["dtype"],
-                "reason": r["reason"],
-                "message": fails.get(r["nodeid"], {}).get("message", ""),
-            }
-            for r in rows
-            if r["outcome"] == outcome
-        ]
+        entries = []
+    status = review(entries, rows)
+    section["entries"] = [{**e.as_dict(), **status[e.key]} for e in entries]
+    section["expected_failures"] = [
+        {
+            "clause": r["clause"],
+            "dtype": r["dtype"],
+            "reason": r["reason"],
+            "expectation": r.get("expectation"),
+            "message": fails.get(r["nodeid"], {}).get("message", ""),
+        }
+        for r in rows
+        if r["outcome"] == verdict.EXPECTED_FAILURE
+    ]
     return section

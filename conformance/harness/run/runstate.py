@@ -46,6 +46,7 @@ class State:
     results: list[dict] = field(default_factory=list)  # verdict.ClauseResult.as_dict() records
     verdicts: dict[str, Any] | None = None  # spec -> verdict.Verdict, computed at the end of the run
     discovered: dict[str, dict] = field(default_factory=dict)  # spec -> Discovery.as_dict() under --discover
+    expectations: Any = None  # expectations_plugin.Applied: the known causes that apply to each spec
 
     @property
     def resolved(self) -> dict[str, Any]:
@@ -111,25 +112,28 @@ def verdicts(config: pytest.Config) -> dict[str, Any]:
             rows.setdefault(str(r["impl"]), []).append(verdict.ClauseResult.from_dict(r))
         plan = planned_dtypes() if rows else {}
         state.verdicts = {
-            spec: verdict.decide(rs, plan, deviations.of_resolved(state.resolved.get(spec)))
+            spec: verdict.decide(rs, plan, deviations.of_resolved(state.resolved.get(spec)), _expectations(state, spec))
             for spec, rs in rows.items()
         }
     return state.verdicts
 
 
-def clause_result(
-    item: pytest.Item, rep: pytest.TestReport, info: Any, expected: tuple[str, str] | None = None, excinfo: Any = None
-) -> Any:
+def _expectations(state: State, spec: str) -> list:
+    """The known causes of ``spec`` (harness.records.expectations), or none."""
+    return state.expectations.entries(spec) if state.expectations is not None else []
+
+
+def clause_result(item: pytest.Item, rep: pytest.TestReport, info: Any, excinfo: Any = None) -> Any:
     """The verdict's record of one clause test: its outcome, and the cases it covered.
 
-    ``expected``: (outcome, reason) when an expectations file decided the outcome (harness.records.expectations);
-    ``excinfo``: the failure pytest saw, for its likely cause (harness.causes.likely)."""
+    ``excinfo``: the failure pytest saw, for its likely cause (harness.causes.likely) and for the known
+    cause that may explain it (harness.run.expectations_plugin.apply)."""
     from conformance.harness.records import verdict
 
     callspec = getattr(item, "callspec", None)
     params = callspec.params if callspec else {}
-    outcome, reason = expected or (rep.outcome, "")
-    if expected is None and rep.skipped and isinstance(rep.longrepr, tuple):
+    outcome, reason = rep.outcome, ""
+    if rep.skipped and isinstance(rep.longrepr, tuple):
         reason = str(rep.longrepr[2]).removeprefix("Skipped: ")
         if reason.startswith("not in profile"):
             outcome = verdict.NOT_IN_PROFILE

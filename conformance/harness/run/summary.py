@@ -54,7 +54,7 @@ def write_verdicts(terminalreporter: Any, config: pytest.Config) -> None:
     tr = terminalreporter
     tr.section("sdpa-conformance summary")
     for spec, v in runstate.verdicts(config).items():
-        tr.write_line(f"{spec}: {v.headline()} ({state.profile} profile)")
+        tr.write_line(f"{spec}: {v.headline()} ({state.profile} profile){_drift(state, spec)}")
         from conformance.harness.run import discovery_run
 
         for line in v.details() + discovery_run.summary_lines(state, spec):
@@ -65,3 +65,13 @@ def write_verdicts(terminalreporter: Any, config: pytest.Config) -> None:
     from conformance.harness.causes import likely as causes
 
     causes.write_summary(tr, state.results)
+
+
+def _drift(state: runstate.State, spec: str) -> str:
+    """ "; expectations measured with keras 3.15.1; running 3.16.0" when the adapter's libraries are
+    not the releases it was measured with (a stale or missing expectation may be the library's news)."""
+    from conformance.harness.calls.environment import drift_text, version_drift
+
+    res = state.resolved.get(spec)
+    text = drift_text(version_drift(res.adapter)) if res is not None and res.adapter is not None else ""
+    return f"; {text}" if text else ""

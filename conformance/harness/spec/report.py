@@ -7,6 +7,8 @@ measured and the allowed error, and where the worst element is.
 
 from __future__ import annotations
 
+from collections import deque
+
 import numpy as np
 
 from conformance.contract import Case
@@ -17,12 +19,24 @@ class ClauseViolation(AssertionError):
 
     ``measure`` holds the numbers of the mismatch report the message carries (``mismatch_report``):
     part of what ``harness.causes.likely`` groups failures by. None for a violation that is not a numeric
-    comparison.
+    comparison. ``compared`` holds the arrays of that comparison (``what``, ``actual``, ``expected``,
+    ``allowed``), from which the certificate draws the failing case (``harness.causes.picture``); a
+    violation raised without a mismatch report may pass its own, and one whose message quotes an
+    earlier violation or report (a clause summing up several) takes the arrays of the first it quotes.
+    ``call`` names the guarded call that showed it ("forward", "vjp", ...) where the clause knows it and
+    the call may no longer be among the adapter's recent ones (a clause that checks many cases before it
+    reports); None: the last call on ``case`` says.
     """
 
-    def __init__(self, message: str, case: Case | None = None):
+    def __init__(
+        self, message: str, case: Case | None = None, compared: dict | None = None, *, call: str | None = None
+    ):
         self.case = case
-        self.measure = _claim_measure(str(message))
+        self.call = call
+        self.measure, claimed = _claim_measure(str(message))
+        self.compared = compared if compared is not None else claimed or _quoted(str(message))
+        if compared is not None:
+            _SEEN.append((str(message).split("\n", 1)[0], compared))
         text = message if case is None else f"{message}\n  case: {case.describe()}"
         super().__init__(text)
 
@@ -31,15 +45,27 @@ class AdapterError(ClauseViolation):
     """The adapter misbehaved (raised, hung, returned garbage, touched its inputs)."""
 
 
-# The last mismatch report's (first line, numbers): a violation whose message carries that report
-# claims them, so every clause that raises with a report gets its numbers without passing them.
-_LAST: list[tuple[str, dict]] = []
+# The last mismatch report's (first line, numbers, arrays compared): a violation whose message carries
+# that report claims them, so every clause that raises with a report gets them without passing them.
+_LAST: list[tuple[str, dict, dict]] = []
 
 
-def _claim_measure(message: str) -> dict | None:
+def _claim_measure(message: str) -> tuple[dict | None, dict | None]:
     if _LAST and _LAST[0][0] in message:
-        return _LAST.pop()[1]
-    return None
+        _, measure, compared = _LAST.pop()
+        return measure, compared
+    return None, None
+
+
+# The arrays of the last few failed comparisons, by the first line of their report or violation: a
+# clause that sums up several failures in one message (the covering array's rows, the golden
+# fixtures) quotes those lines, and its violation is drawn from the first one quoted.
+_SEEN: deque[tuple[str, dict]] = deque(maxlen=16)
+
+
+def _quoted(message: str) -> dict | None:
+    found = [(message.find(line), compared) for line, compared in _SEEN if line and line in message]
+    return min(found, key=lambda f: f[0])[1] if found else None
 
 
 def fail(message: str, case: Case | None = None) -> None:
@@ -118,5 +144,7 @@ def mismatch_report(
         "rel_err": float(err[worst]) / at if at > 0 else None,
         "max_abs_err": float(err[worst_abs]),
     }
-    _LAST[:] = [(lines[0], measure)]
+    compared = {"what": what, "actual": a, "expected": e, "allowed": allowed}
+    _LAST[:] = [(lines[0], measure, compared)]
+    _SEEN.append((lines[0], compared))
     return "\n".join(lines)
