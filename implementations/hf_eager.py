@@ -19,7 +19,7 @@ Measured (transformers 5.24.0, torch 2.13.0+cpu; tests/test_adapter_declarations
 * QK^T in the input dtype (no upcast in float16/bfloat16; the softmax is float32).
 
 Its formulation (declared; conformance/oracle_formulations.py), reproduced by calling
-``eager_attention_forward`` directly with V = I (2026-12-02): ``torch.matmul(query, key^T) * scaling``
+``eager_attention_forward`` directly with V = I (2026-12-03): ``torch.matmul(query, key^T) * scaling``
 runs in the input dtype, so float16 and bfloat16 scores are the product rounded to it and scaled
 there, rounded again (``float16_computed_as=float16-scores``, ``bfloat16_computed_as=bfloat16-scores``):
 the weights equal ``round(softmax(round(round(Q K^T) scale)))`` bitwise in 100 % of elements (8 cases,

@@ -35,7 +35,7 @@ Measured on this machine (jax 0.10.2 CPU; tests/test_adapter_declarations.py re-
   declared as the formulation it is (``blocked_fill=set:-0.7max-float32``: ``jnp.where(mask, logits,
   -0.7 x max)`` in float32 logits, jax/_src/nn/functions.py ``_apply_masks``), whose one visible
   consequence beyond the mean of V is a row blocked by the mask and by -inf together: uniform over
-  the masked keys alone (measured by calling ``jax.nn.dot_product_attention`` directly, 2026-12-02:
+  the masked keys alone (measured by calling ``jax.nn.dot_product_attention`` directly, 2026-12-03:
   the mean of V over the 3 masked keys, not over all 5);
   the SAME row blocked through an all ``-inf`` bias gives NaN output and NaN gradients. Both are
   declared: ``all_blocked='mean-v'`` and ``all_blocked_float_mask='nan'``.

@@ -16,7 +16,7 @@ Measured (keras 3.15.1, numpy 2.4; tests/test_adapter_declarations.py re-measure
   in float32 because ``np.einsum`` has no bfloat16), then cast to float32 for the softmax;
 * no GQA: the einsum needs as many key heads as query heads (Hq != Hkv raises ValueError);
 * its formulation (declared; conformance/oracle_formulations.py), reproduced by calling
-  ``keras.src.backend.numpy.nn.dot_product_attention`` directly (2026-12-02): float16 Q K^T is an
+  ``keras.src.backend.numpy.nn.dot_product_attention`` directly (2026-12-03): float16 Q K^T is an
   einsum over the head dim accumulated in float32 and rounded to float16 (V = I weights equal
   ``round(softmax(round(Q K^T) scale))`` bitwise in 100 % of elements, 8 cases), and P V an einsum over
   the keys whose running sum is rounded to float16 at every key (equal to a float16 running sum in

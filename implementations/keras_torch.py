@@ -20,7 +20,7 @@ blocked by the boolean mask give the mean of V (keras's finite fill), all ``-inf
 keras (not declared). No dropout argument in keras's function.
 
 Its fill (declared; conformance/oracle_formulations.py), reproduced by calling
-``keras.src.backend.torch.nn.dot_product_attention`` directly (2026-12-02): -0.7 x the input dtype's
+``keras.src.backend.torch.nn.dot_product_attention`` directly (2026-12-03): -0.7 x the input dtype's
 largest (float16: -0.7 x 65500 = -45856 once a float16 number) is ADDED to blocked scores, in torch's
 float32 SDPA (``blocked_fill=add:-0.7max``). Its consequences, each measured: in float32 and bfloat16 a
 row blocked entirely is uniform (the mean of V) but passes a gradient to dQ (d(row)/dq = [0.407,

@@ -27,7 +27,7 @@ and bfloat16 it multiplies Q by the scale *as a number of the input dtype* (``sc
 forms Q K^T in the input dtype (float32 accumulation, the result rounded: past 65504 it is inf;
 ``float16_computed_as=float16-products``, ``bfloat16_computed_as=bfloat16-products``), runs the softmax
 in float32 and rounds P: the weights equal ``round(softmax(round(round(Q round(scale)) K^T)))`` bitwise
-in 100 % of elements (8 cases, D = 48, scales 1/sqrt(48) and 0.3, each dtype; 2026-12-02), as MLX's
+in 100 % of elements (8 cases, D = 48, scales 1/sqrt(48) and 0.3, each dtype; 2026-12-03), as MLX's
 own fallback in mlx/fast.cpp writes it (``multiply(array(scale, dtype), q)``, then ``matmul``). A
 boolean mask's blocked keys are *replaced* by ``finfo(scores.dtype).min`` there (``where``;
 ``blocked_fill=set:min``): a row blocked entirely is uniform, the mean of V.

@@ -26,7 +26,7 @@ one broadcast along the query axis ([B, 1, 1, S]) is refused ("inconsistent q_se
 float64 carries float32-level error (see the declaration). No gradient, no dropout.
 
 Its float16 formulation (declared; conformance/oracle_formulations.py), reproduced with a one-node
-Attention model run by onnxruntime directly with V = I (2026-12-02): the scale is the GEMM's alpha and
+Attention model run by onnxruntime directly with V = I (2026-12-03): the scale is the GEMM's alpha and
 the float16 scores are ``round(scale Q K^T)``, accumulated in float32 and rounded to float16 once
 (``float16_computed_as=float16-products``, ``scale_applied=product``; past 65504 they are inf); the
 softmax runs in float32 and P is rounded: the weights equal ``round(softmax(round(scale Q K^T)))``

@@ -97,7 +97,10 @@ RULES: tuple[tuple[str, Callable[[Declaration], bool], Callable[[Declaration], s
     (
         "mean_v_keys",
         lambda d: d.all_blocked == "mean-v" and d.mean_v_keys == "buffer",
-        lambda d: "that mean is over every slot of the padded key buffer, past-the-end padding included",
+        lambda d: (
+            "the mean of V a row that sees no key gets is over every slot of the padded key buffer, past-the-end "
+            "padding included"
+        ),
         ALL_BLOCKED_ZERO,
     ),
     (
