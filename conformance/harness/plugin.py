@@ -32,6 +32,7 @@ from conformance.harness.run import (
     runstate,
     selfdefense,
     summary,
+    worst_case,
 )
 from conformance.harness.run.runstate import State, get_state
 from conformance.harness.spec.clause import info_of
@@ -253,7 +254,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 @pytest.hookimpl(wrapper=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function):
     """A property-based clause none of whose generated cases the kernel could take is not
-    applicable (with the kernel's reasons), not an error of the suite."""
+    applicable (with the kernel's reasons), not an error of the suite; a clause test that fails
+    unexpectedly goes on past its failing cases for the worst one (harness.run.worst_case)."""
     try:
         return (yield)
     except Exception as exc:
@@ -261,6 +263,13 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function):
 
         impl = pyfuncitem.funcargs.get("impl")
         if not isinstance(exc, Unsatisfiable) or impl is None or not getattr(impl, "rejected", None):
+            info = info_of(getattr(pyfuncitem, "function", None))
+            if (
+                info is not None
+                and hasattr(impl, "recent_calls")
+                and not expectations_plugin.listed(pyfuncitem, info.id)
+            ):
+                worst_case.search(pyfuncitem, impl, exc)
             raise
         from collections import Counter
 

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from conformance.harness.cases import features as cf
+from conformance.harness.causes import gross
 from conformance.harness.causes.record import FAILING, record_fields
 
 __all__ = ["FAILING", "by_adapter", "likely_causes", "record_fields", "write_summary"]
@@ -128,33 +129,45 @@ def likely_causes(rows: list[dict]) -> dict:
         hit = {i for i, (s, ref) in enumerate(zip(sets, refs)) if set(cand) <= s and ref.rare(cand)}
         if hit:
             explains[cand] = hit
-    uncovered = set(range(len(with_case)))
     causes = []
     from conformance.harness.causes.text import about, names_a_mechanism
 
-    def confirmed(c: tuple[int, ...]) -> int:
-        """Failures in ``c``'s reach whose output matches a convention about ``c``'s features."""
-        feats = [names[i] for i in c]
-        hits = explains[c] & uncovered
-        return sum(1 for i in hits if any(about(m, feats) for m in with_case[i]["failure"].get("matches") or ()))
+    # Blocked keys with a weight first (harness.causes.blocked_weight: a rule broken, however small the
+    # error), then wrong values (harness.causes.gross), then the rest: each group's causes are found
+    # among its own failures, and listed in that order.
+    left = set(range(len(with_case)))
+    leak = {i for i in left if with_case[i]["failure"].get("blocked_weight")}
+    wrong = {i for i in left - leak if gross.is_gross(with_case[i]["failure"])}
+    for phase in (leak, wrong, left - leak - wrong):
+        todo = {c: hit & phase for c, hit in explains.items() if hit & phase}
+        uncovered = set(phase)
 
-    while uncovered and explains:
-        best = min(
-            explains,
-            key=lambda c: (
-                -len(explains[c] & uncovered) - confirmed(c),
-                len(c),
-                -confirmed(c),
-                -names_a_mechanism([names[i] for i in c]),
-                overall.with_all(c),
-                c,
-            ),
-        )
-        newly = explains.pop(best) & uncovered
-        if not newly:
-            break
-        uncovered -= newly
-        causes.append(_describe([names[i] for i in best], [with_case[i] for i in sorted(newly)], overall, best))
+        def confirmed(c: tuple[int, ...], todo: dict = todo, uncovered: set = uncovered) -> int:
+            """Failures in ``c``'s reach whose output matches a convention about ``c``'s features."""
+            feats = [names[i] for i in c]
+            hits = todo[c] & uncovered
+            return sum(1 for i in hits if any(about(m, feats) for m in with_case[i]["failure"].get("matches") or ()))
+
+        while uncovered and todo:
+            best = min(
+                todo,
+                key=lambda c: (
+                    -len(todo[c] & uncovered) - confirmed(c),
+                    len(c),
+                    -confirmed(c),
+                    -names_a_mechanism([names[i] for i in c]),
+                    overall.with_all(c),
+                    c,
+                ),
+            )
+            newly = todo.pop(best) & uncovered
+            if not newly:
+                break
+            uncovered -= newly
+            left -= newly
+            found = _describe([names[i] for i in best], [with_case[i] for i in sorted(newly)], overall, best)
+            causes.append(dict(found, wrong_values=phase is wrong))
+    uncovered = left
     unexplained = [r for i, r in enumerate(with_case) if i in uncovered] + [r for r in failing if r not in with_case]
     return {
         "failures": len(failing),
@@ -177,6 +190,7 @@ def _describe(features: list[str], rows: list[dict], overall: _Population, fset:
         "passing_cases_with_it": overall.with_all(fset),
         "passing_cases": overall.total,
         "errors": errors_summary(rows),
+        "blocked_weight": max((r["failure"].get("blocked_weight") or 0.0 for r in rows), default=0.0) or None,
         "declare": declare,
         "declare_matched": matched,
         "declare_checked": checked,

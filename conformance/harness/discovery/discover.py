@@ -9,7 +9,11 @@ is an evidence line, never a crash), and returns a :class:`Discovery`: one :clas
 (the value and the evidence), the declaration that results, the ``--declare`` line that gets it, and
 *findings*: behaviours that are no allowed value of any field (causal dropped when a mask is given,
 NaN on some all-blocked rows and zeros on others, fp16 products not upcast). A finding is never
-declared away: the field keeps its declared value, so the clauses that test it fail.
+declared away: the field keeps its declared value, so the clauses that test it fail. A call that fails
+counts as the kernel's "not supported" only when it is a rejection (``NotApplicable``, or a class of
+``rejects_with``, which is therefore probed first), as for the guard's bad-input clauses; any other
+failure (an ``AssertionError``, a ``KeyError``, a hang, a wrong shape) is a crash and a finding, and
+no capability is switched off and nothing is folded on it.
 
 Fields the user pinned with ``--declare`` are not probed. Used by ``python -m conformance.discover``
 and by ``pytest --discover`` (harness.run.discovery_run).
@@ -102,8 +106,8 @@ def discover(
         discovery_precision.upcast,
         *discovery_probes.LIMITS,
     )
-    try:
-        for probe in (discovery_probes.dtypes, *probes):
+    try:  # rejects_with first: whether a failed call is a rejection or a crash depends on it (Outcome.rejection)
+        for probe in (discovery_probes.rejects_with, discovery_probes.dtypes, *probes):
             try:
                 if probe(p) is False:  # no dtype ran: nothing else can be probed
                     break

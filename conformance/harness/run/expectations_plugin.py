@@ -84,6 +84,11 @@ def _is_clause(item: pytest.Item) -> bool:
     return info_of(getattr(item, "function", None)) is not None
 
 
+def listed(item: pytest.Item, clause: str) -> bool:
+    """Whether an expectations file lists this clause test as an expected failure."""
+    return _listed(item, clause) is not None
+
+
 def _listed(item: pytest.Item, clause: str) -> Expectation | None:
     """The entry that lists this clause test (its adapter and dtype), or None."""
     applied = item.config.stash.get(_KEY, None)
