@@ -5,7 +5,9 @@ boolean mask of the other sense, rows blocked entirely filled with the mean of V
 from a bug by asking the oracle for the case under that convention and comparing the kernel's own
 output with it, under the allowance of the same declaration: only a match within the error model
 suggests the ``--declare``. Rows blocked entirely are compared on those rows alone, so another
-error elsewhere in the output does not hide the fill. Runs once per failing clause test, on the last
+error elsewhere in the output does not hide the fill, and only the elements where the convention's
+answer differs from the declared one count: a case whose candidates coincide there (V = 0, one key)
+is no evidence for either. Runs once per failing clause test, on the last
 output the kernel returned (``GuardedAdapter.recent_calls``), so it costs a few oracle calls per
 failure and nothing when everything passes.
 """
@@ -46,16 +48,25 @@ def _alternatives(case: Case, decl: Declaration) -> Iterator[tuple[str, Case, De
         yield FINITE_FILL, case.replace(mask=None, is_causal=False), decl, "failing case's rows"
 
 
-def _matches(out: np.ndarray, case: Case, decl: Declaration, rows: bool | str, empty: np.ndarray) -> bool:
+def _matches(
+    out: np.ndarray, case: Case, decl: Declaration, rows: bool | str, empty: np.ndarray, declared: np.ndarray
+) -> bool:
+    """``out`` is right under the alternative, judged only where the alternative's answer differs from
+    the declared one (``declared``) by more than the allowance: where the two coincide (V = 0 makes the
+    mean of V and zeros one answer; one key makes every alignment one) the output is no evidence. An
+    alternative of the same answer and another allowance (float64 computed in float32) is judged on
+    every element."""
     want = expected(case, decl)
     allowed = np.where(np.isfinite(a := output_allowance(case, decl)), a, _BIG)
     err = abs_error(out, want.out)
+    same_answer = np.array_equal(want.out, declared, equal_nan=True)
+    apart = np.ones(err.shape, dtype=bool) if same_answer else abs_error(want.out, declared) > allowed
     if rows:
         empty = np.asarray(want.all_blocked) if rows is True else empty
-        if not empty.any():
-            return False
-        return bool(np.all(err[empty] <= allowed[empty]))
-    return bool(np.all(err <= allowed))
+        apart = apart & np.broadcast_to(np.asarray(empty)[..., None], apart.shape)
+    if not apart.any():
+        return False
+    return bool(np.all(err[apart] <= allowed[apart])) and (not rows or bool(np.all(err[empty] <= allowed[empty])))
 
 
 def matching_conventions(case: Case, out: np.ndarray, decl: Declaration) -> list[str]:
@@ -65,10 +76,11 @@ def matching_conventions(case: Case, out: np.ndarray, decl: Declaration) -> list
     if out.shape != tuple(case.out_shape) or case.has_variant or case.dropout_p > 0:
         return []
     found = []
-    empty = np.asarray(expected(case, decl).all_blocked)
+    declared = expected(case, decl)
+    empty = np.asarray(declared.all_blocked)
     for text, alt_case, alt_decl, rows in _alternatives(case, decl):
         try:
-            if _matches(out, alt_case, alt_decl, rows, empty):
+            if _matches(out, alt_case, alt_decl, rows, empty, np.asarray(declared.out, dtype=np.float64)):
                 found.append(text)
         except Exception:  # noqa: BLE001 - an alternative the oracle cannot take suggests nothing
             continue

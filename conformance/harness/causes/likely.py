@@ -177,7 +177,7 @@ def likely_causes(rows: list[dict]) -> dict:
 
 
 def _describe(features: list[str], rows: list[dict], overall: _Population, fset: tuple[int, ...]) -> dict:
-    from conformance.harness.causes.text import errors_summary, suggestion
+    from conformance.harness.causes.text import conflicting, errors_summary, suggestion
 
     declare, matched, checked = suggestion(rows, features)
     return {
@@ -194,6 +194,7 @@ def _describe(features: list[str], rows: list[dict], overall: _Population, fset:
         "declare": declare,
         "declare_matched": matched,
         "declare_checked": checked,
+        "conflicts": conflicting(rows, features),
     }
 
 

@@ -71,11 +71,38 @@ def suggestion(rows: list[dict], features: list[str]) -> tuple[str | None, int, 
     """(convention, failing outputs that match it, outputs it could be checked on): the convention
     about ``features`` that most of the checked failing outputs match, or (None, 0, checked)."""
     checked = sum(1 for r in rows if r["failure"].get("checked"))
-    votes = Counter(m for r in rows for m in (r["failure"].get("matches") or []) if about(m, features))
-    if not votes:
+    votes = _votes(rows, features)
+    if not votes or conflicting(rows, features):
         return None, 0, checked
     best, n = max(votes.items(), key=lambda kv: (kv[1], "=" in kv[0]))
     return (best, n, checked) if 2 * n >= max(checked, 1) else (None, 0, checked)
+
+
+def _votes(rows: list[dict], features: list[str]) -> Counter:
+    return Counter(m for r in rows for m in (r["failure"].get("matches") or []) if about(m, features))
+
+
+def conflicting(rows: list[dict], features: list[str]) -> dict[str, list[str]]:
+    """:func:`conflicts` among the conventions the failing outputs of a cause match, the other failing
+    cases of its clause tests included (``harness.run.worst_case`` keeps them as ``matches_elsewhere``)."""
+    seen = Counter(
+        m
+        for r in rows
+        for m in {*(r["failure"].get("matches") or ()), *(r["failure"].get("matches_elsewhere") or ())}
+        if about(m, features)
+    )
+    return conflicts(seen)
+
+
+def conflicts(votes: Counter | dict) -> dict[str, list[str]]:
+    """Fields for which the failing outputs match more than one value (the mean of V in some cases, NaN
+    in others): no single ``--declare`` describes such a kernel, so none is proposed."""
+    values: dict[str, set[str]] = {}
+    for m in votes:
+        field, eq, value = m.partition("=")
+        if eq:
+            values.setdefault(field, set()).add(value)
+    return {f: sorted(v) for f, v in values.items() if len(v) > 1}
 
 
 def _unit_dtype(dtype: str, rel: float) -> str:
@@ -124,6 +151,12 @@ def hint(cause: dict) -> str:
         )
     if cause.get("declare") in _HINTS:
         return _HINTS[cause["declare"]]
+    if cause.get("conflicts"):
+        return "; ".join(
+            f"the failing outputs match {field} = {' in some cases, '.join(values)} in others: it depends on the "
+            "case (its size, its dtype), which no declaration says"
+            for field, values in cause["conflicts"].items()
+        )
     low = set(cause.get("dtypes") or ()) <= {"float16", "bfloat16"}
     feats = [f for f in cause["features"] if low or f != "|QK^T| > 65504 (float16 max)"]
     if not low and len(feats) < len(cause["features"]):

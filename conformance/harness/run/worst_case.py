@@ -1,16 +1,18 @@
-"""After a clause test fails on a wrong number: its other failing cases, and the worst of them.
+"""After a clause test fails: its other failing cases, and the worst of them.
 
 A clause stops at its first failing case, and hypothesis shrinks that one to a minimal example: the
 right thing for a reproducer and the wrong thing for a diagnosis. A kernel that is off by rounding on
 most cases and returns 1e30 on one class of them shows the 1e30 nowhere if the rounding case comes
-first. So when a clause test fails with a numeric mismatch (a violation carrying its measure) that no
-expectations file lists, the clause runs again with the kernel's answer to each failing call replaced
-by the oracle's (:class:`OracleFor`: the clause then gets past that case and meets its next failing
-one), up to :data:`MAX_RUNS` times, hypothesis' shrink phase off (the examples it generates are the
-same; deterministic clauses go on through their cases). Every failing case's record
-(``harness.causes.record``) is kept, and the worst (``harness.causes.gross.severity``: error over
-allowance, NaN and inf as infinite) becomes the clause test's record for likely causes; when it is
-not the first, a note on the failure names it. The run's coverage counters are those of the first run.
+first. So when a clause test fails with a clause's violation that no expectations file lists, on a
+call without dropout (whose answer is random), the clause runs again with the kernel's answer to each
+failing call replaced by the oracle's (:class:`OracleFor`: the clause then gets past that case and
+meets its next failing one), up to :data:`MAX_RUNS` times, hypothesis' shrink phase off (the examples
+it generates are the same; deterministic clauses go on through their cases). Every failing case's
+record (``harness.causes.record``) is kept, and the worst (``harness.causes.gross.severity``: error
+over allowance, NaN and inf as infinite) becomes the clause test's record for likely causes, with the
+conventions the other failing cases matched (a fill that is the mean of V in one case and NaN in
+another is no convention); when it is not the first, a note on the failure names it. The coverage
+counters stay those of the first run.
 
 A passing clause test costs nothing; a failing one up to :data:`MAX_RUNS` more runs of its clause.
 """
@@ -27,6 +29,7 @@ from conformance.contract import np_dtype
 from conformance.harness.causes import gross
 from conformance.harness.causes.record import failing_call, failure_record
 from conformance.harness.judge import compare
+from conformance.harness.spec.report import ClauseViolation
 
 MAX_RUNS = 6  # further runs of a failing clause test, each past one more failing case
 _COUNTERS = ("cases_run", "examples_run", "cells", "case_features", "rejected", "refused")
@@ -77,11 +80,10 @@ class OracleFor:
 
 
 def _searchable(exc: BaseException, entry) -> bool:
-    """A numeric mismatch whose failing call the oracle can answer (no dropout: its answer is random)."""
+    """A clause's violation whose failing call the oracle can answer (no dropout: its answer is random)."""
     from conformance.harness.causes.record import _violation
 
-    violation = _violation(exc)
-    return getattr(violation, "measure", None) is not None and entry is not None and entry[0].dropout_p == 0
+    return isinstance(_violation(exc), ClauseViolation) and entry is not None and entry[0].dropout_p == 0
 
 
 def _run_again(item: pytest.Function) -> BaseException | None:
@@ -145,7 +147,8 @@ def _search(item: pytest.Function, impl: Any, exc: BaseException) -> None:
         for name, value in saved.items():
             setattr(impl, name, value)
     worst = max(records, key=gross.severity)
-    impl.worst_failure = dict(worst, failing_cases=len(records))
+    elsewhere = sorted({m for r in records if r is not worst for m in r.get("matches") or ()})
+    impl.worst_failure = dict(worst, failing_cases=len(records), matches_elsewhere=elsewhere)
     if worst is not first:
         exc.add_note(
             f"the worst of {len(records)} failing cases of this clause test (found by running it on past each "
