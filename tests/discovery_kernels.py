@@ -132,8 +132,10 @@ fill_by_length = make("fill_by_length", bool_fill="mean-v-S8")
 fill_by_dtype = make("fill_by_dtype", bool_fill="mean-v-float64")
 own_error = make("own_error", own_error=True)
 
-# name -> (the --declare discovery must print, the start of the finding it must report, or None)
-EXPECTED: dict[str, tuple[dict[str, str], str | None]] = {
+# name -> (the --declare discovery must print, the start of the finding it must report, or None); each
+# kernel here is also batch invariant (torch on CPU computes each batch item's products alone), which
+# discovery measures and proposes over the plain function's default (``batch_invariant=false``).
+_EXPECTED: dict[str, tuple[dict[str, str], str | None]] = {
     "correct": ({}, None),
     "bottom_right": ({"causal_alignment": "bottom-right"}, None),
     "mask_blocked": ({"mask_sense": "blocked"}, None),
@@ -150,6 +152,7 @@ EXPECTED: dict[str, tuple[dict[str, str], str | None]] = {
     "fill_by_dtype": ({}, "boolean all-blocked rows are filled differently by S or by dtype"),
     "own_error": ({"rejects_with": "InvalidArgument,RuntimeError,TypeError,ValueError"}, None),
 }
+EXPECTED = {name: ({**changes, "batch_invariant": "true"}, finding) for name, (changes, finding) in _EXPECTED.items()}
 
 
 # -- kernels that break probes: discovery must turn each failure into evidence, never crash --------

@@ -32,21 +32,40 @@ KERNELS = "tests.discovery_kernels"
 COVERED = (
     "rejects_with dtypes grad dropout gqa custom_scale bool_mask mask_sense float_mask causal causal_alignment "
     "causal_with_mask all_blocked all_blocked_float_mask float64_computed_as upcast max_head_dim requires_dk_eq_dv "
-    "deterministic"
+    "deterministic validates_inputs batch_invariant"
 ).split()
 
 BUILTINS = {"numpy": "numpy", "torch-eager": "torch", "torch-sdpa": "torch", "jax": "jax"}
 # Fields each built-in's discovery must have *measured* (not kept for want of a witness), with the value.
 MEASURED = {
-    "numpy": {"all_blocked": "zeros", "causal_alignment": "top-left", "float64_computed_as": "float64", "gqa": "true"},
-    "torch-eager": {"gqa": "false", "custom_scale": "false", "float_mask": "false", "all_blocked": "zeros"},
-    "torch-sdpa": {"all_blocked": "zeros", "all_blocked_float_mask": "none", "causal_alignment": "top-left"},
+    "numpy": {
+        "all_blocked": "zeros",
+        "causal_alignment": "top-left",
+        "float64_computed_as": "float64",
+        "gqa": "true",
+        "validates_inputs": "true",
+        "batch_invariant": "true",
+    },
+    "torch-eager": {
+        "gqa": "false",
+        "custom_scale": "false",
+        "float_mask": "false",
+        "all_blocked": "zeros",
+        "validates_inputs": "true",
+    },
+    "torch-sdpa": {
+        "all_blocked": "zeros",
+        "all_blocked_float_mask": "none",
+        "causal_alignment": "top-left",
+        "validates_inputs": "false",
+    },
     "jax": {
         "all_blocked": "mean-v",
         "all_blocked_float_mask": "nan",
         "float64_computed_as": "float32",
         "requires_dk_eq_dv": "true",
         "dropout": "false",
+        "batch_invariant": "false",
     },
 }
 
@@ -116,7 +135,7 @@ def test_pinned_fields_are_not_probed():
     found = _discover(f"{KERNELS}:bottom_right", {"causal_alignment": "top-left"})
     m = _by_field(found)["causal_alignment"]
     assert m.value == "top-left" and "pinned by --declare" in m.evidence
-    assert found.changes() == {"causal_alignment": "top-left"}
+    assert found.changes() == {"causal_alignment": "top-left", "batch_invariant": True}  # measured, not pinned
 
 
 def test_a_probe_that_raises_or_hangs_is_evidence():

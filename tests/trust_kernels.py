@@ -9,7 +9,8 @@ it in exactly one way, each taken from a library or a kernel seen in the wild:
   and Dk == Dv required (a fused kernel's limits); the V = I probe once needed a scale to observe its
   weights, and DROPOUT-INDEPENDENT-06 became not applicable;
 - :func:`huge_on_causal_decode`: about 1e30 in float32 outputs of causal decode (T = 1) with several
-  heads, a wrong index in one launch configuration; right elsewhere;
+  heads, a wrong index in one launch configuration; right elsewhere; :func:`slips_and_huge` has
+  besides a float32 output 2^-10 too large everywhere, so that rounding-size failures come first;
 - :func:`clipped_softmax`: shifted scores clipped at -64 before exp (a "safe" exp), so every blocked key
   gets weight e^-64 ~ 1.6e-28 instead of 0;
 - :func:`causal_finite_triangle`: is_causal applied as an additive -1e4 upper triangle, as code written
@@ -84,6 +85,17 @@ def huge_on_causal_decode(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=Fals
     out = _attention(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     if is_causal and q.shape[-2] == 1 and q.shape[-3] > 1 and q.dtype == torch.float32:
         return torch.full_like(out, HUGE)
+    return out
+
+
+def slips_and_huge(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """huge_on_causal_decode, and every other float32 output (1 + 2^-10) times too large: a slip of a few
+    hundred float32 ulps on every case, which a clause meets before the 1e30."""
+    import torch
+
+    out = huge_on_causal_decode(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    if q.dtype == torch.float32 and not bool((out == HUGE).all()):
+        return out * (1.0 + 2.0**-10)
     return out
 
 

@@ -91,10 +91,17 @@ def _revealed_mask(impl: GuardedAdapter, case: Case) -> np.ndarray:
     z = keep_scale_for(first, want.blocked, case.dropout_p)
     allowed = compare.weights_allowance(plain, decl) / (1.0 - case.dropout_p)
     bad = (z > 0) & (np.abs(first - want.weights * z) > allowed)
+    leaked = want.blocked & (first != 0)
+    wrong = [
+        f"{int(bad.sum())} kept weights are not the undropped weight / (1 - p)" if bad.any() else "",
+        f"{int(leaked.sum())} blocked weights are not 0 (largest {np.abs(first[leaked]).max():.3g})"
+        if leaked.any()
+        else "",
+    ]
     check(
-        not bad.any() and not (want.blocked & (first != 0)).any(),
-        f"{int(bad.sum())} kept weights are not the undropped weight / (1 - p), or blocked weights are not 0: the "
-        "forward's dropout is wrong (DROPOUT-VALUES-01 says where), so its gradient is not checked here",
+        not (bad.any() or leaked.any()),
+        " and ".join(w for w in wrong if w) + ": the forward's dropout is wrong (DROPOUT-VALUES-01 says where), so "
+        "its gradient is not checked here",
         case,
     )
     return z

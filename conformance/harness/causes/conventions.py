@@ -25,6 +25,26 @@ from conformance.harness.spec.report import abs_error
 
 _BIG = np.finfo(np.float64).max
 FINITE_FILL = "finite fill"  # a finding, not a --declare: rows blocked entirely give the unmasked softmax
+# A finding too: blocked keys (a mask's, causal's, a -inf of M) get a finite additive fill, so a key scoring
+# far above the visible ones keeps its weight; the fills older code uses (float16-era -1e4, -1e9).
+FINITE_ADDITIVE = "finite additive fill"
+ADDITIVE_FILLS = (-1e4, -1e9)
+
+
+def _finite_additive(case: Case, decl: Declaration, fill: float) -> Case:
+    """``case`` with every blocked key (mask, causal in the declared alignment, -inf of M) given ``fill``
+    added to its score instead of -inf, as one additive mask."""
+    from conformance.oracle import causal_blocked
+
+    shape = case.weights_shape
+    bias = np.zeros(shape) if case.bias is None else np.broadcast_to(np.asarray(case.bias, dtype=np.float64), shape)
+    blocked = np.isneginf(bias)
+    if case.mask is not None:
+        blocked = blocked | np.broadcast_to(np.asarray(case.mask, dtype=bool), shape)
+    if case.is_causal:
+        blocked = blocked | causal_blocked(case.T, case.S, decl.causal_alignment)
+    finite = np.where(np.isneginf(bias), 0.0, bias)
+    return case.replace(mask=None, is_causal=False, bias=np.where(blocked, finite + fill, finite))
 
 
 def _alternatives(case: Case, decl: Declaration) -> Iterator[tuple[str, Case, Declaration, bool | str]]:
@@ -46,21 +66,34 @@ def _alternatives(case: Case, decl: Declaration) -> Iterator[tuple[str, Case, De
             yield f"{field}={policy}", case, decl.replace(**{field: policy}), True
     if case.mask is not None or case.is_causal:  # a finite fill: blocked rows keep the softmax over every key
         yield FINITE_FILL, case.replace(mask=None, is_causal=False), decl, "failing case's rows"
+    if case.mask is not None or case.is_causal or (case.bias is not None and np.isneginf(case.bias).any()):
+        for fill in ADDITIVE_FILLS:
+            yield FINITE_ADDITIVE, _finite_additive(case, decl, fill), decl, False
 
 
 def _matches(
-    out: np.ndarray, case: Case, decl: Declaration, rows: bool | str, empty: np.ndarray, declared: np.ndarray
+    out: np.ndarray,
+    case: Case,
+    decl: Declaration,
+    rows: bool | str,
+    empty: np.ndarray,
+    declared: tuple[np.ndarray, np.ndarray, Case],
+    own_allowance: bool = True,
 ) -> bool:
     """``out`` is right under the alternative, judged only where the alternative's answer differs from
-    the declared one (``declared``) by more than the allowance: where the two coincide (V = 0 makes the
-    mean of V and zeros one answer; one key makes every alignment one) the output is no evidence. An
-    alternative of the same answer and another allowance (float64 computed in float32) is judged on
-    every element."""
+    the declared one (``declared``: its answer, allowance and case) by more than the allowance: where the two
+    coincide (V = 0 makes the mean of V and zeros one answer; one key makes every alignment one) the
+    output is no evidence; one of the same answer and another allowance (float64 computed in float32) is
+    judged on every element. Each is judged under its own allowance, but for ``own_allowance=False``
+    under the failing case's (a finite fill of -1e9 in an additive mask would widen its own by the fill)."""
     want = expected(case, decl)
-    allowed = np.where(np.isfinite(a := output_allowance(case, decl)), a, _BIG)
+    same_answer = np.array_equal(want.out, declared[0], equal_nan=True)
+    if same_answer and case is not declared[2]:
+        return False  # another case with the same answer: nothing tells the two apart
+    own = output_allowance(case, decl) if own_allowance else declared[1]
+    allowed = np.where(np.isfinite(own), own, _BIG)
     err = abs_error(out, want.out)
-    same_answer = np.array_equal(want.out, declared, equal_nan=True)
-    apart = np.ones(err.shape, dtype=bool) if same_answer else abs_error(want.out, declared) > allowed
+    apart = np.ones(err.shape, dtype=bool) if same_answer else abs_error(want.out, declared[0]) > allowed
     if rows:
         empty = np.asarray(want.all_blocked) if rows is True else empty
         apart = apart & np.broadcast_to(np.asarray(empty)[..., None], apart.shape)
@@ -76,11 +109,13 @@ def matching_conventions(case: Case, out: np.ndarray, decl: Declaration) -> list
     if out.shape != tuple(case.out_shape) or case.has_variant or case.dropout_p > 0:
         return []
     found = []
-    declared = expected(case, decl)
-    empty = np.asarray(declared.all_blocked)
+    want = expected(case, decl)
+    empty = np.asarray(want.all_blocked)
+    declared = (np.asarray(want.out, dtype=np.float64), output_allowance(case, decl), case)
     for text, alt_case, alt_decl, rows in _alternatives(case, decl):
         try:
-            if _matches(out, alt_case, alt_decl, rows, empty, np.asarray(declared.out, dtype=np.float64)):
+            own = text != FINITE_ADDITIVE
+            if text not in found and _matches(out, alt_case, alt_decl, rows, empty, declared, own):
                 found.append(text)
         except Exception:  # noqa: BLE001 - an alternative the oracle cannot take suggests nothing
             continue

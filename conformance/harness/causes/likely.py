@@ -165,7 +165,9 @@ def likely_causes(rows: list[dict]) -> dict:
                 break
             uncovered -= newly
             left -= newly
-            found = _describe([names[i] for i in best], [with_case[i] for i in sorted(newly)], overall, best)
+            rows_of = [with_case[i] for i in sorted(newly)]
+            shown = _without_markers([names[i] for i in best], rows_of, per_clause)
+            found = _describe(shown, rows_of, overall, tuple(index[f] for f in shown))
             causes.append(dict(found, wrong_values=phase is wrong))
     uncovered = left
     unexplained = [r for i, r in enumerate(with_case) if i in uncovered] + [r for r in failing if r not in with_case]
@@ -174,6 +176,24 @@ def likely_causes(rows: list[dict]) -> dict:
         "causes": causes,
         "unexplained": sorted(f"{r['clause']}[{r['dtype']}]" for r in unexplained),
     }
+
+
+MARKER_SHARE = 0.5  # a feature in this share of the passing cases of a cause's own clauses marks the clauses
+
+
+def _without_markers(features: list[str], rows: list[dict], per_clause: dict[str, Counter]) -> list[str]:
+    """``features`` less those that only mark which clauses failed ("T < S", "head dim <= 8": present in
+    most cases those clauses pass in other dtypes, so they say which clauses check numbers there, not
+    what went wrong); the set is kept whole when nothing would be left or the clauses pass nowhere."""
+    passing: Counter = Counter()
+    for clause in {r["clause"] for r in rows}:
+        passing.update(per_clause.get(clause) or {})
+    total = sum(passing.values())
+    if len(features) < 2 or not total:
+        return features
+    share = {f: sum(n for k, n in passing.items() if f in cf.split(k)) / total for f in features}
+    kept = [f for f in features if share[f] < MARKER_SHARE]
+    return kept or features
 
 
 def _describe(features: list[str], rows: list[dict], overall: _Population, fset: tuple[int, ...]) -> dict:

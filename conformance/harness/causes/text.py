@@ -9,7 +9,7 @@ from collections import Counter
 
 from conformance.harness.causes import gross
 from conformance.harness.causes.blocked_weight import BLOCKED_WEIGHT
-from conformance.harness.causes.conventions import FINITE_FILL, in_units
+from conformance.harness.causes.conventions import FINITE_ADDITIVE, FINITE_FILL, in_units
 
 # What a matched convention (or a feature without one) most likely means, in a few words.
 _HINTS = {
@@ -24,6 +24,8 @@ _HINTS = {
     "all_blocked_float_mask=mean-v": "rows of -inf in a float mask give the mean of V",
     "all_blocked_float_mask=nan": "rows of -inf in a float mask give NaN",
     "all_blocked_float_mask=zeros": "rows of -inf in a float mask give zeros",
+    FINITE_ADDITIVE: "blocked keys (the mask's, or causal's) get a finite additive fill (such as -1e4 or -1e9) "
+    "instead of -inf: keys scoring far above it keep their weight (000 §3: a finite negative number is not blocking)",
     FINITE_FILL: "rows blocked entirely give the softmax over every key: blocked keys get a finite fill "
     "(e.g. -1e4) instead of -inf (000 §7.3)?",
 }
@@ -51,6 +53,7 @@ _ABOUT = {
     "all_blocked": ("row blocked entirely",),
     "all_blocked_float_mask": ("row blocked entirely",),
     FINITE_FILL: ("row blocked entirely",),
+    FINITE_ADDITIVE: ("causal", "bool mask", "float mask", "large |scores|", "|QK^T|", "row blocked entirely"),
 }
 
 

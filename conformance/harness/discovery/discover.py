@@ -94,6 +94,7 @@ def discover(
     from conformance.harness.discovery import conventions as discovery_conventions
     from conformance.harness.discovery import precision as discovery_precision
     from conformance.harness.discovery import probes as discovery_probes
+    from conformance.harness.discovery import tiers as discovery_tiers
 
     pinned = dict(pinned or {})
     reference = adapter.declaration
@@ -105,6 +106,7 @@ def discover(
         discovery_precision.float64_computed_as,
         discovery_precision.upcast,
         *discovery_probes.LIMITS,
+        *discovery_tiers.TIERS,
     )
     try:  # rejects_with first: whether a failed call is a rejection or a crash depends on it (Outcome.rejection)
         for probe in (discovery_probes.rejects_with, discovery_probes.dtypes, *probes):
