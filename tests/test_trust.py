@@ -44,6 +44,19 @@ def _first_cause(entry: dict) -> dict:
     return causes[0]
 
 
+def test_discovery_folds_nothing_on_a_crash():
+    """An AssertionError on is_causal with a mask is no declared rejection class: the pair is not folded
+    (causal_with_mask stays undecided, so the call passes both and fails), and a finding names the crash
+    (tests/test_discover.py certifies the kernel under --discover: CAUSAL-WITH-MASK-ARGS-05 fails)."""
+    from conformance.harness.discovery import discover as discovery
+
+    found, _ = discovery.discover_spec("tests.discovery_kernels:asserts_causal_with_mask")
+    m = next(m for m in found.measured if m.field == "causal_with_mask")
+    assert found.declaration.causal_with_mask is None and m.evidence.startswith("kept"), m
+    assert "causal_with_mask" not in found.changes(), found.declare_line()
+    assert any("raised AssertionError" in f and "a crash, not a rejection" in f for f in found.findings), found.findings
+
+
 def test_no_scale_argument_does_not_silence_the_dropout_clauses(pytester, tmp_path):
     cert = tmp_path / "cert.json"
     spec = "tests.trust_kernels:shared_dropout"

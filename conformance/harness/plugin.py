@@ -263,13 +263,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function):
 
         impl = pyfuncitem.funcargs.get("impl")
         if not isinstance(exc, Unsatisfiable) or impl is None or not getattr(impl, "rejected", None):
-            info = info_of(getattr(pyfuncitem, "function", None))
-            if (
-                info is not None
-                and hasattr(impl, "recent_calls")
-                and not expectations_plugin.listed(pyfuncitem, info.id)
-            ):
-                worst_case.search(pyfuncitem, impl, exc)
+            worst_case.after_failure(pyfuncitem, impl, exc)
             raise
         from collections import Counter
 

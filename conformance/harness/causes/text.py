@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 
-from conformance.harness.causes import gross
+from conformance.harness.causes import conflicts, gross
 from conformance.harness.causes.blocked_weight import BLOCKED_WEIGHT
 from conformance.harness.causes.conventions import FINITE_ADDITIVE, FINITE_FILL, in_units
 
@@ -70,6 +70,15 @@ def names_a_mechanism(features: list[str]) -> int:
     return max((len(order) - order.index(f) for f in features if f in _FEATURE_HINTS), default=0)
 
 
+def _votes(rows: list[dict], features: list[str]) -> Counter:
+    return Counter(m for r in rows for m in (r["failure"].get("matches") or []) if about(m, features))
+
+
+def conflicting(rows: list[dict], features: list[str]) -> dict[str, list[str]]:
+    """Fields about ``features`` whose failing outputs match more than one value (causes.conflicts)."""
+    return conflicts.conflicts(conflicts.seen(rows, lambda m: about(m, features)))
+
+
 def suggestion(rows: list[dict], features: list[str]) -> tuple[str | None, int, int]:
     """(convention, failing outputs that match it, outputs it could be checked on): the convention
     about ``features`` that most of the checked failing outputs match, or (None, 0, checked)."""
@@ -79,33 +88,6 @@ def suggestion(rows: list[dict], features: list[str]) -> tuple[str | None, int, 
         return None, 0, checked
     best, n = max(votes.items(), key=lambda kv: (kv[1], "=" in kv[0]))
     return (best, n, checked) if 2 * n >= max(checked, 1) else (None, 0, checked)
-
-
-def _votes(rows: list[dict], features: list[str]) -> Counter:
-    return Counter(m for r in rows for m in (r["failure"].get("matches") or []) if about(m, features))
-
-
-def conflicting(rows: list[dict], features: list[str]) -> dict[str, list[str]]:
-    """:func:`conflicts` among the conventions the failing outputs of a cause match, the other failing
-    cases of its clause tests included (``harness.run.worst_case`` keeps them as ``matches_elsewhere``)."""
-    seen = Counter(
-        m
-        for r in rows
-        for m in {*(r["failure"].get("matches") or ()), *(r["failure"].get("matches_elsewhere") or ())}
-        if about(m, features)
-    )
-    return conflicts(seen)
-
-
-def conflicts(votes: Counter | dict) -> dict[str, list[str]]:
-    """Fields for which the failing outputs match more than one value (the mean of V in some cases, NaN
-    in others): no single ``--declare`` describes such a kernel, so none is proposed."""
-    values: dict[str, set[str]] = {}
-    for m in votes:
-        field, eq, value = m.partition("=")
-        if eq:
-            values.setdefault(field, set()).add(value)
-    return {f: sorted(v) for f, v in values.items() if len(v) > 1}
 
 
 def _unit_dtype(dtype: str, rel: float) -> str:

@@ -94,6 +94,7 @@ def discover(
     from conformance.harness.discovery import conventions as discovery_conventions
     from conformance.harness.discovery import precision as discovery_precision
     from conformance.harness.discovery import probes as discovery_probes
+    from conformance.harness.discovery import rejections as discovery_rejections
     from conformance.harness.discovery import tiers as discovery_tiers
 
     pinned = dict(pinned or {})
@@ -109,7 +110,7 @@ def discover(
         *discovery_tiers.TIERS,
     )
     try:  # rejects_with first: whether a failed call is a rejection or a crash depends on it (Outcome.rejection)
-        for probe in (discovery_probes.rejects_with, discovery_probes.dtypes, *probes):
+        for probe in (discovery_rejections.rejects_with, discovery_probes.dtypes, *probes):
             try:
                 if probe(p) is False:  # no dtype ran: nothing else can be probed
                     break

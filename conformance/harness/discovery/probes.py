@@ -67,7 +67,7 @@ def capability(p: Probing, name: str, case: Case, without: Case, what: str) -> N
         return
     o = p.forward(case)
     if not o.ok:
-        _failed(p, name, o, what)
+        p.failed(name, o, what)
         return
     e, e_without = w.err(o.value, w.reference(case)), w.err(o.value, w.reference(without))
     if w.matches(e, p.dtype):
@@ -79,15 +79,6 @@ def capability(p: Probing, name: str, case: Case, without: Case, what: str) -> N
         p.finding(f"{what} gives an output that is neither the oracle's (err {w.fmt(e)}) nor the one without it")
 
 
-def _failed(p: Probing, name: str, o: w.Outcome, what: str, off: object = False) -> None:
-    """A call using feature ``name`` failed: not supported (``off``) when it was a rejection; a crash
-    keeps the declared value (and is a finding: ``Probing.crashed``)."""
-    if p.crashed(o, what):
-        p.keep(name, f"kept: {what}: {o.error} (a crash, not a rejection)")
-    else:
-        p.record(name, off, f"{what}: {o.error}")
-
-
 def grad(p: Probing) -> None:
     if p.pinned_here("grad"):
         return
@@ -95,7 +86,7 @@ def grad(p: Probing) -> None:
     g = np.random.default_rng(2).standard_normal(case.out_shape).astype(np_dtype(p.dtype))
     o = p.vjp(case, g)
     if not o.ok:
-        _failed(p, "grad", o, "vjp")
+        p.failed("grad", o, "vjp")
         return
     from conformance import oracle
 
@@ -118,7 +109,7 @@ def dropout(p: Probing) -> None:
     what = f"dropout_p={rate} (V = I, T=4, S={S})"
     o = p.forward(case)
     if not o.ok:
-        _failed(p, "dropout", o, what)
+        p.failed("dropout", o, what)
         return
     a, weights = np.asarray(o.value, dtype=np.float64), w.reference(plain)
     if w.matches(w.err(a, weights), p.dtype):
@@ -151,7 +142,7 @@ def gqa(p: Probing) -> None:
     what = "Hq=4, Hkv=2"
     o = p.forward(case)
     if not o.ok:
-        _failed(p, "gqa", o, what)
+        p.failed("gqa", o, what)
         return
     e = w.err(o.value, w.reference(case))
     modulo = w.err(o.value, w.reference(case.replace(key=case.key[:, [0, 1, 0, 1]], value=case.value[:, [0, 1, 0, 1]])))
@@ -174,40 +165,6 @@ CAPABILITIES = (grad, dropout, gqa, custom_scale)
 
 
 # -- limits -------------------------------------------------------------------------------------
-# Crashes, not rejections (an index out of range in an adapter's lowering): never proposed for rejects_with.
-CRASHES = frozenset({"LookupError", "AttributeError", "ArithmeticError", "AssertionError", "NameError", "MemoryError"})
-
-
-def rejects_with(p: Probing) -> None:
-    """The classes raised on two clearly invalid inputs; classes the declaration does not name yet are
-    added, unless they are crashes (CRASHES), which the evidence names and the declaration does not."""
-    if p.pinned_here("rejects_with"):
-        return
-    c = base(p, 6)
-    bad = {
-        "query 3-D": c.replace(query=np.ascontiguousarray(c.query[0])),
-        "Dk 8 vs key Dk 6": c.replace(key=np.ascontiguousarray(c.key[..., :6])),
-    }
-    notes, new = [], set()
-    for what, case in bad.items():
-        with w.declared(p.adapter, p.decl):
-            o = w.call(lambda case=case: p.adapter.forward(case), p.timeout)
-        if o.ok:
-            notes.append(f"{what}: accepted")
-            continue
-        notes.append(f"{what}: {o.error}")
-        if not o.exc_names or set(o.exc_names) & set(p.decl.rejects_with):
-            continue
-        if set(o.exc_names) & CRASHES:
-            notes[-1] += " (a crash, not a rejection: not proposed)"
-        else:
-            new.add(o.exc_class)
-    if new:
-        p.record("rejects_with", frozenset(p.decl.rejects_with | new), "; ".join(notes))
-    else:
-        p.keep("rejects_with", "; ".join(notes))
-
-
 def max_head_dim(p: Probing) -> None:
     if p.pinned_here("max_head_dim"):
         return
@@ -236,7 +193,7 @@ def requires_dk_eq_dv(p: Probing) -> None:
     case = base(p, 8, Dk=8, Dv=12)
     o = p.forward(case)
     if not o.ok:
-        _failed(p, "requires_dk_eq_dv", o, "Dk=8, Dv=12", off=True)
+        p.failed("requires_dk_eq_dv", o, "Dk=8, Dv=12", off=True)
         return
     e = w.err(o.value, w.reference(case))
     p.record("requires_dk_eq_dv", False, f"Dk=8, Dv=12 ran (err {w.fmt(e)})")
@@ -264,4 +221,4 @@ def deterministic(p: Probing) -> None:
     p.record("deterministic", same, "; ".join(notes))
 
 
-LIMITS = (max_head_dim, requires_dk_eq_dv, deterministic)  # rejects_with runs first of all (discover.discover)
+LIMITS = (max_head_dim, requires_dk_eq_dv, deterministic)

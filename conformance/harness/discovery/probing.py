@@ -76,6 +76,14 @@ class Probing:
     def finding(self, text: str) -> None:
         self.findings.append(text)
 
+    def failed(self, name: str, o: witness.Outcome, what: str, off: Any = False) -> None:
+        """A call using feature ``name`` failed: not supported (``off``) when it was a rejection; a crash
+        keeps the declared value (and is a finding: :meth:`crashed`)."""
+        if self.crashed(o, what):
+            self.keep(name, f"kept: {what}: {o.error} (a crash, not a rejection)")
+        else:
+            self.record(name, off, f"{what}: {o.error}")
+
     def crashed(self, o: witness.Outcome, what: str) -> bool:
         """True (and a finding) when the failed call ``o`` is a crash, not a rejection (``Outcome.rejection``):
         a probe then keeps the field's declared value instead of declaring the feature away, so the

@@ -107,6 +107,17 @@ def _run_again(item: pytest.Function) -> BaseException | None:
     return None
 
 
+def after_failure(item: pytest.Function, impl: Any, exc: BaseException) -> None:
+    """The plugin's hook: :func:`search` for a clause test (its guarded adapter ``impl``) that failed with
+    ``exc`` and that no expectations file lists as an expected failure (those are known: no search)."""
+    from conformance.harness.run import expectations_plugin
+    from conformance.harness.spec.clause import info_of
+
+    info = info_of(getattr(item, "function", None))
+    if info is not None and hasattr(impl, "recent_calls") and not expectations_plugin.listed(item, info.id):
+        search(item, impl, exc)
+
+
 def search(item: pytest.Function, impl: Any, exc: BaseException) -> None:
     """Find the clause test's failing cases past ``exc`` and keep the worst (see the module docstring) as
     ``impl.worst_failure``, the record ``harness.causes.record.record_fields`` then reports. A search
