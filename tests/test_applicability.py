@@ -1,12 +1,14 @@
 """A clause is not applicable only for what it tests: its ``requires=`` fields (tests/applicability.py).
 
 Every clause (but the performance and long-sequence ones, which call the plain forward only and run
-outside the ci profile) is run on a correct kernel declaring what the clause requires, once with any
-head dims and once requiring Dk == Dv; then once more for each capability its cases used, switched
-off. A clause that becomes not applicable for a field it does not test fails, named with the field.
-In the ci profile each clause runs in float32 (dtype decides applicability through ``dtypes`` alone,
-which ``ClauseInfo.not_applicable_reasons`` checks before any case); with
-``--conformance-profile=thorough`` in every dtype it plans.
+outside the ci profile) is run in float32 (a dtype decides applicability through ``dtypes`` alone,
+which ``ClauseInfo.not_applicable_reasons`` checks before any case) on a correct kernel declaring what
+the clause requires, requiring Dk == Dv (with any head dims where that rules the clause out, which is
+then named unless the clause requires ``requires_dk_eq_dv``); then once more for each capability its
+cases used, switched off. A clause that becomes not applicable for a field it does not test fails,
+named with the field. The ci profile leaves the clauses that draw their cases from the declared space
+(hypothesis, covering arrays: built within the declaration) and the ci long-sequence clause to
+``--conformance-profile=thorough``, which also switches the fields under both bases.
 
 The check bites: with the V = I probe of before, which passed 1/sqrt(Dk) as an explicit scale to a
 kernel requiring Dk == Dv, the dropout clauses and CAUSAL-DECODE-03 are named.
@@ -52,8 +54,8 @@ def test_a_clause_is_not_applicable_only_for_what_it_tests(clause_id, request):
     if clause_id in THOROUGH_ONLY and not thorough:
         pytest.skip(f"not in profile: {clause_id} draws its cases within the declaration; checked with thorough")
     every = dtypes_for(info)
-    dtypes = every if thorough or None in every else ["float32" if "float32" in every else every[0]]
-    found = [s for d in dtypes for s in applicability.silenced(info, _kernels(), d, every_base=thorough)]
+    dtype = None if None in every else "float32" if "float32" in every else every[0]
+    found = applicability.silenced(info, _kernels(), dtype, every_base=thorough)
     assert not found, "\n".join(found)
 
 
