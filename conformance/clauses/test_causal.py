@@ -150,12 +150,14 @@ def dominant_future_case(dtype: str, seed: int, T: int = 8) -> Case:
 def test_causal_blocked_weight_exactly_zero(impl, dtype):
     case = dominant_future_case(dtype, 340)
     impl.require(case)
-    _check_causal(impl, case)
     extra = random_mask(341, (case.B, 1, case.T, case.S), p_blocked=0.3)
     extra[..., 0] = False  # key 0 stays visible: every row sees a key
     decl = impl.declaration
-    if decl.bool_mask:
-        _check_causal(impl, case.replace(mask=extra, label=case.label + " + boolean mask"))
-    if decl.float_mask:
-        bias = np.where(extra, -np.inf, 0.0)
-        _check_causal(impl, case.replace(bias=bias, label=case.label + " + additive -inf mask"))
+    kinds = ["alone"] + ["boolean mask"] * decl.bool_mask + ["additive -inf mask"] * decl.float_mask
+    for kind in buckets.spread(impl, dtype, kinds):  # a kernel compiling per shape: each in one dtype (ci)
+        if kind == "alone":
+            _check_causal(impl, case)
+        elif kind == "boolean mask":
+            _check_causal(impl, case.replace(mask=extra, label=case.label + " + boolean mask"))
+        else:
+            _check_causal(impl, case.replace(bias=np.where(extra, -np.inf, 0.0), label=case.label + " + " + kind))
