@@ -3,8 +3,9 @@
 A clause stops at its first failing case, and hypothesis shrinks that one to a minimal example: the
 right thing for a reproducer and the wrong thing for a diagnosis. A kernel that is off by rounding on
 most cases and returns 1e30 on one class of them shows the 1e30 nowhere if the rounding case comes
-first. So when a clause test fails with a clause's violation that no expectations file lists, on a
-call without dropout (whose answer is random), the clause runs again with the kernel's answer to each
+first. So when a clause test fails with a clause's own violation (not the guard's: a kernel that raised,
+refused or hung has no error to rank) that no expectations file lists, on a call without dropout (whose
+answer is random), the clause runs again with the kernel's answer to each
 failing call replaced by the oracle's (:class:`OracleFor`: the clause then gets past that case and
 meets its next failing one), up to :data:`MAX_RUNS` times, hypothesis' shrink phase off (the examples
 it generates are the same; deterministic clauses go on through their cases). Every failing case's
@@ -29,7 +30,8 @@ from conformance.contract import np_dtype
 from conformance.harness.causes import gross
 from conformance.harness.causes.record import failing_call, failure_record
 from conformance.harness.judge import compare
-from conformance.harness.spec.report import ClauseViolation
+from conformance.harness.calls.guarded import UndeclaredRefusal
+from conformance.harness.spec.report import AdapterError, ClauseViolation
 
 MAX_RUNS = 6  # further runs of a failing clause test, each past one more failing case
 _COUNTERS = ("cases_run", "examples_run", "cells", "case_features", "rejected", "refused")
@@ -80,10 +82,13 @@ class OracleFor:
 
 
 def _searchable(exc: BaseException, entry) -> bool:
-    """A clause's violation whose failing call the oracle can answer (no dropout: its answer is random)."""
+    """A clause's own violation (not the guard's: a kernel that raised, refused, hung or returned a wrong
+    shape has no error to rank) on a call the oracle can answer (no dropout: its answer is random)."""
     from conformance.harness.causes.record import _violation
 
-    return isinstance(_violation(exc), ClauseViolation) and entry is not None and entry[0].dropout_p == 0
+    violation = _violation(exc)
+    own = isinstance(violation, ClauseViolation) and not isinstance(violation, (AdapterError, UndeclaredRefusal))
+    return own and entry is not None and entry[0].dropout_p == 0
 
 
 def _run_again(item: pytest.Function) -> BaseException | None:
