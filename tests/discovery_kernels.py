@@ -21,11 +21,14 @@ from dataclasses import dataclass
 class Knobs:
     alignment: str = "top-left"  # or "bottom-right"
     sense: str = "attend"  # boolean mask True = may attend (torch's); "blocked" = True is blocked
-    bool_fill: str = "zeros"  # rows a boolean mask / causal blocks entirely: zeros, mean-v, nan, nan-head1
+    # rows a boolean mask / causal blocks entirely: zeros, mean-v, nan, nan-head1, or a fill that depends on
+    # the case: mean-v-S8 (the mean of V when S is a multiple of 8, NaN otherwise: a tile path's own fill),
+    # mean-v-float64 (the mean of V in float64, NaN in every other dtype)
+    bool_fill: str = "zeros"
     float_fill: str = "zeros"  # rows an additive mask makes all -inf: zeros or nan
     float64_as_float32: bool = False
     upcast: bool = True  # float16 / bfloat16 converted to float32 before QK^T
-    causal_with_mask: str = "apply"  # or "reject" (raise ValueError) or "ignore" (drop is_causal)
+    causal_with_mask: str = "apply"  # or "reject" (raise ValueError), "ignore" (drop is_causal), "assert" (crash)
     decode_drops_causal: bool = False  # is_causal ignored when T == 1 (as HF's sdpa_attention_forward does)
     own_error: bool = False  # invalid shapes rejected with the library's own class (as ORT's InvalidArgument)
 
@@ -34,10 +37,14 @@ class InvalidArgument(Exception):
     """A library's own rejection class, derived from none of ValueError, RuntimeError, TypeError."""
 
 
-def _fill(p, dead, how: str, S: int):
-    """Weights ``p`` with the rows ``dead`` ([B, H, T]) filled as ``how`` says."""
+def _fill(p, dead, how: str, S: int, dtype=None):
+    """Weights ``p`` with the rows ``dead`` ([B, H, T]) filled as ``how`` says (of inputs of ``dtype``)."""
     import torch
 
+    if how == "mean-v-S8":
+        how = "mean-v" if S % 8 == 0 else "nan"
+    elif how == "mean-v-float64":
+        how = "mean-v" if dtype == torch.float64 else "nan"
     p = p.masked_fill(dead[..., None], 0.0)
     if how == "mean-v":
         return torch.where(dead[..., None], torch.full_like(p, 1.0 / S), p)
@@ -57,6 +64,7 @@ def attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_
             raise ValueError("this kernel does not take is_causal together with attn_mask")
         if knobs.causal_with_mask == "ignore":
             is_causal = False  # assumes the mask already holds the causal part
+        assert knobs.causal_with_mask != "assert", "internal: the fused causal path takes no attn_mask"
     if knobs.own_error and (query.ndim != 4 or query.shape[-1] != key.shape[-1]):
         raise InvalidArgument(f"query {tuple(query.shape)} and key {tuple(key.shape)} do not make an attention")
     dtype = query.dtype
@@ -91,7 +99,7 @@ def attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_
     dead = torch.isneginf(s).all(-1)
     p = torch.softmax(s.masked_fill(dead[..., None], 0.0), dim=-1)
     p = _fill(p, dead & ~dead_bool, knobs.float_fill, S)
-    p = _fill(p, dead_bool, knobs.bool_fill, S)
+    p = _fill(p, dead_bool, knobs.bool_fill, S, dtype)
     if dropout_p > 0:
         p = F.dropout(p, dropout_p, training=True)
     return (p @ v.to(work)).to(dtype)
@@ -118,12 +126,17 @@ float64_as_float32 = make("float64_as_float32", float64_as_float32=True)
 no_upcast = make("no_upcast", upcast=False)
 rejects_causal_with_mask = make("rejects_causal_with_mask", causal_with_mask="reject")
 ignores_causal_with_mask = make("ignores_causal_with_mask", causal_with_mask="ignore")
+asserts_causal_with_mask = make("asserts_causal_with_mask", causal_with_mask="assert")  # a crash, no rejection
 nan_some_rows = make("nan_some_rows", bool_fill="nan-head1")
 decode_drops_causal = make("decode_drops_causal", decode_drops_causal=True)
+fill_by_length = make("fill_by_length", bool_fill="mean-v-S8")
+fill_by_dtype = make("fill_by_dtype", bool_fill="mean-v-float64")
 own_error = make("own_error", own_error=True)
 
-# name -> (the --declare discovery must print, the start of the finding it must report, or None)
-EXPECTED: dict[str, tuple[dict[str, str], str | None]] = {
+# name -> (the --declare discovery must print, the start of the finding it must report, or None); each
+# kernel here is also batch invariant (torch on CPU computes each batch item's products alone), which
+# discovery measures and proposes over the plain function's default (``batch_invariant=false``).
+_EXPECTED: dict[str, tuple[dict[str, str], str | None]] = {
     "correct": ({}, None),
     "bottom_right": ({"causal_alignment": "bottom-right"}, None),
     "mask_blocked": ({"mask_sense": "blocked"}, None),
@@ -133,10 +146,14 @@ EXPECTED: dict[str, tuple[dict[str, str], str | None]] = {
     "no_upcast": ({"bfloat16_computed_as": "bfloat16-products", "float16_computed_as": "float16-products"}, None),
     "rejects_causal_with_mask": ({"causal_with_mask": "false"}, None),
     "ignores_causal_with_mask": ({}, "ignores is_causal when a mask is given"),
+    "asserts_causal_with_mask": ({}, "is_causal with a boolean mask, T=S=4, passed together: raised AssertionError"),
     "nan_some_rows": ({}, "boolean all-blocked rows are filled in more than one way"),
     "decode_drops_causal": ({}, "the causal alignment differs between shapes"),
+    "fill_by_length": ({}, "boolean all-blocked rows are filled differently by S or by dtype"),
+    "fill_by_dtype": ({}, "boolean all-blocked rows are filled differently by S or by dtype"),
     "own_error": ({"rejects_with": "InvalidArgument,RuntimeError,TypeError,ValueError"}, None),
 }
+EXPECTED = {name: ({**changes, "batch_invariant": "true"}, finding) for name, (changes, finding) in _EXPECTED.items()}
 
 
 # -- kernels that break probes: discovery must turn each failure into evidence, never crash --------

@@ -138,7 +138,8 @@ def test_root_cause_first(pytester, tmp_path, kernel, modules, feature, declare)
     assert feature in first["features"] and first["declare"] == declare, json.dumps(found, indent=1)
     lines = out.splitlines()
     head = lines.index(next(ln for ln in lines if ln.startswith("likely causes")))
-    assert lines[head + 2].strip().startswith(f"1. {' + '.join(first['features'])}:"), out
+    wrong = "wrong values, not rounding: " if first.get("wrong_values") else ""
+    assert lines[head + 2].strip().startswith(f"1. {wrong}{' + '.join(first['features'])}:"), out
     if declare and "=" in declare:
         assert f"--declare {declare}" in "\n".join(lines[head + 2 : head + 6]), out
     assert "## Likely causes" in cert.with_suffix(".md").read_text()

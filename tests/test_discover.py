@@ -30,10 +30,10 @@ KERNELS = "tests.discovery_kernels"
 
 # Every field the issues ask discovery to cover (upcast is a note: the formulations say what happens instead).
 COVERED = (
-    "dtypes float32_computed_as grad dropout gqa custom_scale bool_mask mask_sense float_mask causal "
+    "rejects_with dtypes float32_computed_as grad dropout gqa custom_scale bool_mask mask_sense float_mask causal "
     "causal_alignment causal_with_mask all_blocked all_blocked_float_mask float64_computed_as bfloat16_computed_as "
-    "float16_computed_as scale_applied blocked_fill normwise_merges upcast rejects_with max_head_dim "
-    "requires_dk_eq_dv deterministic"
+    "float16_computed_as scale_applied blocked_fill normwise_merges upcast max_head_dim requires_dk_eq_dv "
+    "deterministic validates_inputs batch_invariant"
 ).split()
 
 BUILTINS = {"numpy": "numpy", "torch-eager": "torch", "torch-sdpa": "torch", "jax": "jax"}
@@ -117,19 +117,22 @@ def test_pinned_fields_are_not_probed():
     found = _discover(f"{KERNELS}:bottom_right", {"causal_alignment": "top-left"})
     m = _by_field(found)["causal_alignment"]
     assert m.value == "top-left" and "pinned by --declare" in m.evidence
-    assert found.changes() == {"causal_alignment": "top-left"}
+    assert found.changes() == {"causal_alignment": "top-left", "batch_invariant": True}  # measured, not pinned
 
 
 def test_a_probe_that_raises_or_hangs_is_evidence():
+    """A rejection (a declared class: RuntimeError) rules a feature out; a hang is a crash: the feature is
+    kept as declared, a finding says so, and the clauses that use it run (and fail on the hang)."""
     pytest.importorskip("torch")
     broken = _discover(f"{KERNELS}:raises_always")
-    assert (
-        broken.measured[0].field == "dtypes" and "raised RuntimeError: no kernel image" in broken.measured[0].evidence
-    )
+    dtypes = _by_field(broken)["dtypes"]
+    assert "raised RuntimeError: no kernel image" in dtypes.evidence and not dtypes.value, dtypes
     assert broken.findings == ["no dtype ran: nothing else could be probed"]
     hung = _discover(f"{KERNELS}:hangs_on_causal", timeout=0.5)
     causal = _by_field(hung)["causal"]
-    assert causal.value is False and "did not return within 0.5 s" in causal.evidence, causal
+    assert causal.value is True and "did not return within 0.5 s" in causal.evidence, causal
+    crash = "is_causal, T=S=4: did not return within 0.5 s: a crash"
+    assert any(f.startswith(crash) for f in hung.findings), hung.findings
     assert _by_field(hung)["all_blocked"].value == "zeros"  # the other probes went on
 
 
@@ -183,6 +186,11 @@ def test_the_discovered_declaration_gives_the_declared_verdict(pytester, tmp_pat
             "CAUSAL-WITH-MASK-ARGS-05",
         ),
         ("nan_some_rows", ["test_masks.py", "-k", "all_blocked_rows"], "ALL-BLOCKED-02"),
+        (
+            "asserts_causal_with_mask",
+            ["test_combinations.py", "-k", "causal_with_mask_arguments"],
+            "CAUSAL-WITH-MASK-ARGS-05",
+        ),
     ],
 )
 def test_a_finding_kernel_fails_certification_under_discover(pytester, name, selection, clause):

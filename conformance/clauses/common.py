@@ -17,9 +17,10 @@ from conformance.harness.cases import buckets
 
 
 def supported(impl: GuardedAdapter, cases: Sequence[Case]) -> list[Case]:
-    """The cases the kernel declares it supports, in order; the clause is not applicable (for the first
-    case's reasons) when there is none."""
-    runnable = [c for c in cases if impl.supports(c)]
+    """The cases the kernel declares it supports, in order, each first brought within the declaration
+    for what the clause does not test (``GuardedAdapter.admitted``); the clause is not applicable (for
+    the first case's reasons) when there is none."""
+    runnable = [c for c in map(impl.admitted, cases) if impl.supports(c)]
     if not runnable:
         impl.not_applicable("; ".join(impl.declaration.not_supported_reasons(cases[0])))
     return runnable

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from conformance.clauses.test_mask_values import FINITE_FILL
+from conformance.contract import Case
 from conformance.harness.cases import buckets
-from conformance.harness.cases.build import random_case, random_mask
+from conformance.harness.cases.build import cast, random_case, random_mask, rng_for
 from conformance.harness.judge import compare
 from conformance.harness.judge.variant_forward import check_blocked_pattern
 from conformance.harness.spec.clause import Source, clause
@@ -113,3 +115,49 @@ def test_causal_with_mask(impl, dtype):
         case = case.replace(label=f"is_causal + [B,H,T,S] mask, T={T} S={S}")
         impl.require(case)
         _check_causal(impl, case)
+
+
+def dominant_future_case(dtype: str, seed: int, T: int = 8) -> Case:
+    """T = S = 8 (any alignment), every query the same vector and key j's score 2e9 * (2j / (S - 1) - 1):
+    each key scores far above every key before it (gaps of 5.7e8), so the keys is_causal blocks dominate
+    every row they are blocked in. Exactly -inf (or a blocked set) is the only causal fill that leaves
+    them weight 0: -1e4 or -1e9 added to them, or -1e9 written over them, still beats the visible keys
+    (row 0 sees key 0 alone, at -2e9). The visible keys are well separated too, so each row's weight is
+    1 on its last visible key and the output is that key's V, in every dtype (the product needs the
+    float32 scores the spec asks for, §8; the inputs stay below float16's largest value)."""
+    B, H, S, D = 2, 2, T, 16
+    rng = rng_for(seed)
+    c = float(np.sqrt(5e8))  # scale 1/4 at D = 16: q.k / 4 = +-c^2 * 16 / 4 = +-2e9 at the ends
+    u = np.where(rng.random(D) < 0.5, -1.0, 1.0)
+    q = np.tile(c * u, (B, H, T, 1))
+    k = np.linspace(-1.0, 1.0, S)[None, None, :, None] * np.tile(c * u, (B, H, S, 1))
+    v = rng.standard_normal((B, H, S, D))
+    return Case(
+        cast(q, dtype), cast(k, dtype), cast(v, dtype), is_causal=True, seed=seed,
+        label="causal, future keys dominate (score gaps >= 5.7e8)",
+    )  # fmt: skip
+
+
+@clause(
+    "CAUSAL-EXACT-ZERO-06",
+    "keys is_causal blocks get exactly zero weight even when their scores exceed every visible one by 5.7e8 or "
+    "more (a finite causal fill such as -1e4 or -1e9 is not blocking), alone and together with a boolean or an "
+    "additive -inf mask",
+    FINITE_FILL,
+    requires=["causal"],
+    kills=["causal_additive_neg1e4", "causal_replace_neg1e9"],
+)
+def test_causal_blocked_weight_exactly_zero(impl, dtype):
+    case = dominant_future_case(dtype, 340)
+    impl.require(case)
+    extra = random_mask(341, (case.B, 1, case.T, case.S), p_blocked=0.3)
+    extra[..., 0] = False  # key 0 stays visible: every row sees a key
+    decl = impl.declaration
+    kinds = ["alone"] + ["boolean mask"] * decl.bool_mask + ["additive -inf mask"] * decl.float_mask
+    for kind in buckets.spread(impl, dtype, kinds):  # a kernel compiling per shape: each in one dtype (ci)
+        if kind == "alone":
+            _check_causal(impl, case)
+        elif kind == "boolean mask":
+            _check_causal(impl, case.replace(mask=extra, label=case.label + " + boolean mask"))
+        else:
+            _check_causal(impl, case.replace(bias=np.where(extra, -np.inf, 0.0), label=case.label + " + " + kind))

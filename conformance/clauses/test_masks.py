@@ -64,10 +64,11 @@ def test_mask_before_softmax(impl, dtype):
     compare.assert_weights_match(impl, case, "visible weights (renormalised over visible keys)")
 
 
-def _all_blocked_case(dtype: str, seed: int = 50):
-    """The article's §9 padding test plus one fully blocked query row in an otherwise live item."""
-    B, H, T, S = 2, 2, 3, 5
-    padding = np.array([[False, False, False, True, True], [True, True, True, True, True]])
+def _all_blocked_case(dtype: str, seed: int = 50, S: int = 5):
+    """The article's §9 padding test plus one fully blocked query row in an otherwise live item (S = 5 is
+    the article's; item 0 pads its last two keys, item 1 all of them)."""
+    B, H, T = 2, 2, 3
+    padding = np.stack([np.arange(S) >= S - 2, np.ones(S, dtype=bool)])
     mask = np.broadcast_to(padding[:, None, None, :], (B, 1, T, S)).copy()
     mask[0, 0, 1, :] = True  # one fully blocked row inside the live batch item
     return random_case(seed, B=B, Hq=H, T=T, S=S, Dk=8, Dv=8, dtype=dtype, mask=mask)
@@ -81,7 +82,12 @@ def _all_blocked_case(dtype: str, seed: int = 50):
     kills=["nan_on_all_blocked", "mean_v_on_all_blocked"],
 )
 def test_all_blocked_rows(impl, dtype):
-    case = _all_blocked_case(dtype)
+    # S = 8 and 16 too: a fill taken on a tile path (S a multiple of 8 or 16) must be the declared one as well.
+    for S in buckets.spread(impl, dtype, (5, 8, 16)):
+        _check_all_blocked_rows(impl, _all_blocked_case(dtype, S=S))
+
+
+def _check_all_blocked_rows(impl, case) -> None:
     impl.require(case)
     decl = impl.declaration
     want = compare.expected(case, decl)

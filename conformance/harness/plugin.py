@@ -33,6 +33,7 @@ from conformance.harness.run import (
     runstate,
     selfdefense,
     summary,
+    worst_case,
 )
 from conformance.harness.run.runstate import State, get_state
 from conformance.harness.spec.clause import info_of
@@ -256,7 +257,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 @pytest.hookimpl(wrapper=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function):
     """A property-based clause none of whose generated cases the kernel could take is not
-    applicable (with the kernel's reasons), not an error of the suite."""
+    applicable (with the kernel's reasons), not an error of the suite; a clause test that fails
+    unexpectedly goes on past its failing cases for the worst one (harness.run.worst_case)."""
     try:
         return (yield)
     except Exception as exc:
@@ -264,6 +266,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function):
 
         impl = pyfuncitem.funcargs.get("impl")
         if not isinstance(exc, Unsatisfiable) or impl is None or not getattr(impl, "rejected", None):
+            worst_case.after_failure(pyfuncitem, impl, exc)
             raise
         from collections import Counter
 

@@ -27,6 +27,7 @@ from conformance.contract import Case, Declaration, NotApplicable, np_dtype
 from conformance.harness.calls.call_timeout import DEFAULT_CALL_TIMEOUT, CallTimedOut, call_with_timeout
 from conformance.harness.cases import cells as space_cells
 from conformance.harness.cases import features as causes_features
+from conformance.harness.cases.admitted import admitted
 from conformance.harness.spec.report import AdapterError, ClauseViolation
 
 DEFAULT_TIMEOUT = DEFAULT_CALL_TIMEOUT  # one default for the option and for direct use
@@ -105,6 +106,7 @@ class GuardedAdapter:
         self.case_features: Counter[str] = Counter()  # harness.cases.features keys of the calls that returned
         self.recent_calls: deque[tuple] = deque(maxlen=8)  # (case, call, features key, result): harness.causes.likely
         self._last_example: Any = None
+        self.worst_failure: dict | None = None  # harness.run.worst_case's record of a failing clause test
 
     def _count_example(self) -> None:
         from hypothesis.control import current_build_context, currently_in_test_context
@@ -134,6 +136,18 @@ class GuardedAdapter:
         reasons = self.declaration.not_supported_reasons(case)
         if reasons:
             self.not_applicable("; ".join(reasons))
+
+    def admitted(self, case: Case) -> Case:
+        """``case`` brought within the declaration for the features its clause does not test
+        (``harness.cases.admitted``: grouped heads repeated, is_causal folded into a mask, one mask kind
+        given as the other, or dropped)."""
+        return admitted(case, self.declaration)
+
+    def admit(self, case: Case) -> Case:
+        """:meth:`admitted`, then required: not applicable only for what the clause tests."""
+        case = self.admitted(case)
+        self.require(case)
+        return case
 
     def supports(self, case: Case) -> bool:
         return not self.declaration.not_supported_reasons(case)

@@ -55,6 +55,16 @@ def values(draw, shape: tuple[int, ...], dtype: str) -> np.ndarray:
     return cast(units.astype(np.float64) * VALUE_STEP, dtype)
 
 
+def lifted(v: np.ndarray, dtype: str) -> np.ndarray:
+    """``v`` plus 0.25 * (1 + (key + column) % 3): V for a case with rows blocked entirely, whose fill
+    must stay visible when the drawn values shrink to 0 (then the mean of V would be zeros, and every
+    key alike). Dyadic, so exact in every dtype."""
+    from conformance.harness.cases.build import cast
+
+    s, d = np.indices(v.shape[-2:])
+    return cast(np.asarray(v, dtype=np.float64) + VALUE_STEP * (1 + (s + d) % 3), dtype)
+
+
 def mask_bits(draw, shape: tuple[int, ...]) -> np.ndarray:
     """True = blocked; each drawn bit shrinks to False (visible)."""
     return _drawn(draw, shape, lambda raw: raw % 2 == 1, lambda rng, n: rng.random(n) < 0.3)

@@ -206,13 +206,18 @@ def configs(draw, decl: Declaration, dtype: str, *, sp: Space | None = None, gra
         layout = "contiguous"  # B = H = 1: nothing to broadcast along
     q_shape, k_shape, v_shape = (B, Hq, T, Dk), (B, Hkv, S, Dk), (B, Hkv, S, Dv)
 
-    def values(shape, axis):
-        if layout == "broadcast" and axis is not None:
-            src = drawn_arrays.values(draw, tuple(1 if i == axis else n for i, n in enumerate(shape)), dtype)
-            return np.broadcast_to(src, shape)
-        return drawn_arrays.relayout(drawn_arrays.values(draw, shape, dtype), layout, None)
+    fill_at_stake = bool(meant.any())  # rows blocked entirely: V must not shrink to what hides their fill
 
-    q, k, v = values(q_shape, q_axis), values(k_shape, kv_axis), values(v_shape, kv_axis)
+    def values(shape, axis, lift=False):
+        def drawn(s):
+            x = drawn_arrays.values(draw, s, dtype)
+            return drawn_arrays.lifted(x, dtype) if lift else x
+
+        if layout == "broadcast" and axis is not None:
+            return np.broadcast_to(drawn(tuple(1 if i == axis else n for i, n in enumerate(shape))), shape)
+        return drawn_arrays.relayout(drawn(shape), layout, None)
+
+    q, k, v = values(q_shape, q_axis), values(k_shape, kv_axis), values(v_shape, kv_axis, fill_at_stake)
     if layout == "non-contiguous" and all(a.flags.c_contiguous for a in (q, k, v)):
         layout = "contiguous"  # no two of B, H, T longer than 1: nothing to permute
     grad_out = drawn_arrays.values(draw, (B, Hq, T, Dv), dtype) if grad else None

@@ -5,7 +5,9 @@ boolean mask of the other sense, rows blocked entirely filled with the mean of V
 from a bug by asking the oracle for the case under that convention and comparing the kernel's own
 output with it, under the allowance of the same declaration: only a match within the error model
 suggests the ``--declare``. Rows blocked entirely are compared on those rows alone, so another
-error elsewhere in the output does not hide the fill. Runs once per failing clause test, on the last
+error elsewhere in the output does not hide the fill, and only the elements where the convention's
+answer differs from the declared one count: a case whose candidates coincide there (V = 0, one key)
+is no evidence for either. Runs once per failing clause test, on the last
 output the kernel returned (``GuardedAdapter.recent_calls``), so it costs a few oracle calls per
 failure and nothing when everything passes.
 """
@@ -24,6 +26,26 @@ from conformance.harness.spec.report import abs_error
 _BIG = np.finfo(np.float64).max
 FINITE_FILL = "finite fill"  # a finding, not a --declare: rows blocked entirely give the unmasked softmax
 CAUSAL_IGNORED = "is_causal ignored"  # a finding, not a --declare: the output is that of the case without causal
+# A finding too: blocked keys (a mask's, causal's, a -inf of M) get a finite additive fill, so a key scoring
+# far above the visible ones keeps its weight; the fills older code uses (float16-era -1e4, -1e9).
+FINITE_ADDITIVE = "finite additive fill"
+ADDITIVE_FILLS = (-1e4, -1e9)
+
+
+def _finite_additive(case: Case, decl: Declaration, fill: float) -> Case:
+    """``case`` with every blocked key (mask, causal in the declared alignment, -inf of M) given ``fill``
+    added to its score instead of -inf, as one additive mask."""
+    from conformance.oracle import causal_blocked
+
+    shape = case.weights_shape
+    bias = np.zeros(shape) if case.bias is None else np.broadcast_to(np.asarray(case.bias, dtype=np.float64), shape)
+    blocked = np.isneginf(bias)
+    if case.mask is not None:
+        blocked = blocked | np.broadcast_to(np.asarray(case.mask, dtype=bool), shape)
+    if case.is_causal:
+        blocked = blocked | causal_blocked(case.T, case.S, decl.causal_alignment)
+    finite = np.where(np.isneginf(bias), 0.0, bias)
+    return case.replace(mask=None, is_causal=False, bias=np.where(blocked, finite + fill, finite))
 
 
 def _alternatives(case: Case, decl: Declaration) -> Iterator[tuple[str, Case, Declaration, bool | str]]:
@@ -47,26 +69,52 @@ def _alternatives(case: Case, decl: Declaration) -> Iterator[tuple[str, Case, De
         yield CAUSAL_IGNORED, case.replace(is_causal=False), decl, False
     if case.mask is not None or case.is_causal:  # a finite fill: blocked rows keep the softmax over every key
         yield FINITE_FILL, case.replace(mask=None, is_causal=False), decl, "failing case's rows"
+    if case.mask is not None or case.is_causal or (case.bias is not None and np.isneginf(case.bias).any()):
+        for fill in ADDITIVE_FILLS:
+            yield FINITE_ADDITIVE, _finite_additive(case, decl, fill), decl, False
     from conformance.harness.causes.formulations import alternatives as formulations
 
     yield from formulations(case, decl)  # the oracle re-run under each formulation not declared
 
 
-def _matches(out: np.ndarray, case: Case, decl: Declaration, rows: bool | str, empty: np.ndarray) -> bool:
+def _matches(
+    out: np.ndarray,
+    case: Case,
+    decl: Declaration,
+    rows: bool | str,
+    empty: np.ndarray,
+    declared: tuple[np.ndarray, np.ndarray, Case],
+    own_allowance: bool = True,
+) -> bool:
+    """``out`` is right under the alternative, judged only where the alternative's answer differs from
+    the declared one (``declared``: its answer, allowance and case) by more than the allowance: where the two
+    coincide (V = 0 makes the mean of V and zeros one answer; one key makes every alignment one) the
+    output is no evidence; one of the same answer and another allowance (float64 computed in float32) is
+    judged on every element, as is the same case under another formulation. Each is judged under its own
+    allowance, but for ``own_allowance=False`` under the failing case's (a finite fill of -1e9 in an
+    additive mask would widen its own by the fill)."""
     want = expected(case, decl)
-    allowed = np.where(np.isfinite(a := output_allowance(case, decl)), a, _BIG)
+    same_answer = np.array_equal(want.out, declared[0], equal_nan=True)
+    if same_answer and case is not declared[2]:
+        return False  # another case with the same answer: nothing tells the two apart
+    own = output_allowance(case, decl) if own_allowance else declared[1]
+    allowed = np.where(np.isfinite(own), own, _BIG)
     err = abs_error(out, want.out)
+    # The same case under another declaration of its arithmetic (a formulation, float64 in float32) differs from
+    # the declared answer by rounding only: it is judged on every element.
+    everywhere = same_answer or (case is declared[2] and not rows)
+    apart = np.ones(err.shape, dtype=bool) if everywhere else abs_error(want.out, declared[0]) > allowed
     if rows:
         empty = np.asarray(want.all_blocked) if rows is True else empty
-        if not empty.any():
-            return False
-        return bool(np.all(err[empty] <= allowed[empty]))
-    return bool(np.all(err <= allowed))
+        apart = apart & np.broadcast_to(np.asarray(empty)[..., None], apart.shape)
+    if not apart.any():
+        return False
+    return bool(np.all(err[apart] <= allowed[apart])) and (not rows or bool(np.all(err[empty] <= allowed[empty])))
 
 
 def known_convention(text: str) -> bool:
     """Whether ``text`` is one of the conventions :func:`matching_conventions` can name."""
-    if text in (FINITE_FILL, CAUSAL_IGNORED):
+    if text in (FINITE_FILL, FINITE_ADDITIVE, CAUSAL_IGNORED):
         return True
     field, _, value = text.partition("=")
     choices = {
@@ -95,10 +143,13 @@ def matching_conventions(case: Case, out: np.ndarray, decl: Declaration) -> list
         return []
     out = np.asarray(out, dtype=np.float64)
     found = []
-    empty = np.asarray(expected(case, decl).all_blocked)
+    want = expected(case, decl)
+    empty = np.asarray(want.all_blocked)
+    declared = (np.asarray(want.out, dtype=np.float64), output_allowance(case, decl), case)
     for text, alt_case, alt_decl, rows in _alternatives(case, decl):
         try:
-            if _matches(out, alt_case, alt_decl, rows, empty):
+            own = text != FINITE_ADDITIVE
+            if text not in found and _matches(out, alt_case, alt_decl, rows, empty, declared, own):
                 found.append(text)
         except Exception:  # noqa: BLE001 - an alternative the oracle cannot take suggests nothing
             continue

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from conformance.harness.cases import features as cf
+from conformance.harness.causes import gross
 from conformance.harness.causes.record import FAILING, record_fields
 
 __all__ = ["FAILING", "by_adapter", "likely_causes", "record_fields", "write_summary"]
@@ -128,39 +129,58 @@ def likely_causes(rows: list[dict]) -> dict:
         hit = {i for i, (s, ref) in enumerate(zip(sets, refs)) if set(cand) <= s and ref.rare(cand)}
         if hit:
             explains[cand] = hit
-    uncovered = set(range(len(with_case)))
     causes = []
     from conformance.harness.causes.formulations import precision_cause
     from conformance.harness.causes.text import about, names_a_mechanism
 
-    one_precision = precision_cause(with_case)  # every dtype at one lower precision: one cause, first
+    # Blocked keys with a weight first (harness.causes.blocked_weight: a rule broken, however small the
+    # error), then wrong values (harness.causes.gross), then the rest: each group's causes are found
+    # among its own failures, and listed in that order. Among the rest, every dtype computed at one lower
+    # precision is one cause, and first (harness.causes.formulations).
+    left = set(range(len(with_case)))
+    leak = {i for i in left if with_case[i]["failure"].get("blocked_weight")}
+    wrong = {i for i in left - leak if gross.is_gross(with_case[i]["failure"])}
+    rest = left - leak - wrong
+    one_precision = precision_cause([r for i, r in enumerate(with_case) if i in rest]) if rest else None
     if one_precision is not None:
-        causes.append(one_precision[0])
-        uncovered -= one_precision[1]
+        order = sorted(rest)
+        took = {order[j] for j in one_precision[1]}
+        rest -= took
+        left -= took
+    for phase in (leak, wrong, rest):
+        if phase is rest and one_precision is not None:
+            causes.append(dict(one_precision[0], wrong_values=False))
+        todo = {c: hit & phase for c, hit in explains.items() if hit & phase}
+        uncovered = set(phase)
 
-    def confirmed(c: tuple[int, ...]) -> int:
-        """Failures in ``c``'s reach whose output matches a convention about ``c``'s features."""
-        feats = [names[i] for i in c]
-        hits = explains[c] & uncovered
-        return sum(1 for i in hits if any(about(m, feats) for m in with_case[i]["failure"].get("matches") or ()))
+        def confirmed(c: tuple[int, ...], todo: dict = todo, uncovered: set = uncovered) -> int:
+            """Failures in ``c``'s reach whose output matches a convention about ``c``'s features."""
+            feats = [names[i] for i in c]
+            hits = todo[c] & uncovered
+            return sum(1 for i in hits if any(about(m, feats) for m in with_case[i]["failure"].get("matches") or ()))
 
-    while uncovered and explains:
-        best = min(
-            explains,
-            key=lambda c: (
-                -len(explains[c] & uncovered) - confirmed(c),
-                len(c),
-                -confirmed(c),
-                -names_a_mechanism([names[i] for i in c]),
-                overall.with_all(c),
-                c,
-            ),
-        )
-        newly = explains.pop(best) & uncovered
-        if not newly:
-            break
-        uncovered -= newly
-        causes.append(_describe([names[i] for i in best], [with_case[i] for i in sorted(newly)], overall, best))
+        while uncovered and todo:
+            best = min(
+                todo,
+                key=lambda c: (
+                    -len(todo[c] & uncovered) - confirmed(c),
+                    len(c),
+                    -confirmed(c),
+                    -names_a_mechanism([names[i] for i in c]),
+                    overall.with_all(c),
+                    c,
+                ),
+            )
+            newly = todo.pop(best) & uncovered
+            if not newly:
+                break
+            uncovered -= newly
+            left -= newly
+            rows_of = [with_case[i] for i in sorted(newly)]
+            shown = _without_markers([names[i] for i in best], rows_of, per_clause)
+            found = _describe(shown, rows_of, overall, tuple(index[f] for f in shown))
+            causes.append(dict(found, wrong_values=phase is wrong))
+    uncovered = left
     unexplained = [r for i, r in enumerate(with_case) if i in uncovered] + [r for r in failing if r not in with_case]
     return {
         "failures": len(failing),
@@ -169,8 +189,26 @@ def likely_causes(rows: list[dict]) -> dict:
     }
 
 
+MARKER_SHARE = 0.5  # a feature in this share of the passing cases of a cause's own clauses marks the clauses
+
+
+def _without_markers(features: list[str], rows: list[dict], per_clause: dict[str, Counter]) -> list[str]:
+    """``features`` less those that only mark which clauses failed ("T < S", "head dim <= 8": present in
+    most cases those clauses pass in other dtypes, so they say which clauses check numbers there, not
+    what went wrong); the set is kept whole when nothing would be left or the clauses pass nowhere."""
+    passing: Counter = Counter()
+    for clause in {r["clause"] for r in rows}:
+        passing.update(per_clause.get(clause) or {})
+    total = sum(passing.values())
+    if len(features) < 2 or not total:
+        return features
+    share = {f: sum(n for k, n in passing.items() if f in cf.split(k)) / total for f in features}
+    kept = [f for f in features if share[f] < MARKER_SHARE]
+    return kept or features
+
+
 def _describe(features: list[str], rows: list[dict], overall: _Population, fset: tuple[int, ...]) -> dict:
-    from conformance.harness.causes.text import errors_summary, suggestion
+    from conformance.harness.causes.text import conflicting, errors_summary, suggestion
 
     declare, matched, checked = suggestion(rows, features)
     return {
@@ -183,9 +221,11 @@ def _describe(features: list[str], rows: list[dict], overall: _Population, fset:
         "passing_cases_with_it": overall.with_all(fset),
         "passing_cases": overall.total,
         "errors": errors_summary(rows),
+        "blocked_weight": max((r["failure"].get("blocked_weight") or 0.0 for r in rows), default=0.0) or None,
         "declare": declare,
         "declare_matched": matched,
         "declare_checked": checked,
+        "conflicts": conflicting(rows, features),
     }
 
 

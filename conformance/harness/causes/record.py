@@ -31,28 +31,44 @@ def _output_of(what: str, result: Any) -> np.ndarray | None:
     return result[0] if isinstance(result, tuple) else result
 
 
+def _described(case: Any) -> str | None:
+    try:
+        return None if case is None else str(case.describe())
+    except Exception:  # noqa: BLE001 - a malformed case (a bad-input clause's) has no description
+        return None
+
+
 def _json_number(x: Any) -> Any:
     if isinstance(x, float) and not np.isfinite(x):
         return str(x)
     return x
 
 
-def failure_record(impl: Any, exc: BaseException | None) -> dict:
-    """What a failing clause test tells about its cause (JSON-sized): the failing case's features,
-    the call, the measured error and the matching conventions."""
-    from conformance.harness.causes import conventions as conv
-    from conformance.harness.causes import picture
-
+def failing_call(impl: Any, exc: BaseException | None) -> tuple | None:
+    """The guarded call (``GuardedAdapter.recent_calls`` entry: case, call, features, result) a failure
+    judged: the last call on the violation's own case, else on a probe of it (its V = I form: the same
+    Q, the weights a weight check judged), else (a violation without a case) the last call."""
     exc = _violation(exc)
     case = getattr(exc, "case", None)
     recent = list(getattr(impl, "recent_calls", ()))
-    if case is not None:  # the violation's own case, or a probe of it (its V = I form: the same Q), says
-        entry = next((e for e in reversed(recent) if e[0] is case), None) or next(
-            (e for e in reversed(recent) if e[0].query is case.query), None
-        )
-    else:  # a violation without a case: the last call is the best guess
-        entry = recent[-1] if recent else None
-        case = entry[0] if entry is not None else None
+    if case is None:
+        return recent[-1] if recent else None
+    return next((e for e in reversed(recent) if e[0] is case), None) or next(
+        (e for e in reversed(recent) if getattr(e[0], "query", None) is getattr(case, "query", False)), None
+    )
+
+
+def failure_record(impl: Any, exc: BaseException | None) -> dict:
+    """What a failing clause test tells about its cause (JSON-sized): the failing case's features,
+    the call, the measured error and the matching conventions."""
+    from conformance.harness.causes import blocked_weight, picture
+    from conformance.harness.causes import conventions as conv
+
+    entry = failing_call(impl, exc)
+    exc = _violation(exc)
+    case = getattr(exc, "case", None)
+    if case is None and entry is not None:
+        case = entry[0]
     call = entry[1] if entry else (getattr(exc, "call", None) or "forward")
     feats = entry[2] if entry and entry[0] is case and entry[2] else None
     if feats is None and case is not None:
@@ -62,21 +78,28 @@ def failure_record(impl: Any, exc: BaseException | None) -> dict:
     checked = False
     out = _output_of(call, entry[3]) if entry else None
     decl = impl.declaration
+    leak = None
     if out is not None and conv.checkable(entry[0], out):
         try:
             matches = conv.matching_conventions(entry[0], out, decl)
             checked = True
             if measure is None:
                 measure = conv.output_measure(entry[0], out, decl)
+            leak = blocked_weight.measure(entry[0], out, decl)
         except Exception:  # noqa: BLE001 - a cause we cannot measure still has its features
             pass
+    if leak is not None:  # tested before any precision hypothesis: a small error that this explains is no rounding
+        feats = cf.JOIN.join([f for f in (feats or "").split(cf.JOIN) if f] + [blocked_weight.BLOCKED_WEIGHT])
+        matches = [m for m in matches if not m.startswith("float64_computed_as")]
     return {
         "features": feats,
         "call": call,
+        "case": _described(case),
         "error": type(exc).__name__ if exc is not None else None,
         "message": str(exc)[:MESSAGE_CHARS] if exc is not None else None,
         "dtype": getattr(case, "dtype", None),
         "measure": {k: _json_number(v) for k, v in measure.items()} if measure else None,
+        "blocked_weight": leak,
         "matches": matches,
         "checked": checked,
         "picture": picture.record(exc, decl),  # the failing case drawn in the certificate and the matrix
@@ -90,6 +113,9 @@ def record_fields(impl: Any, outcome: str, excinfo: Any = None) -> dict:
     if outcome == "passed":
         return {"case_features": cf.cap(impl.case_features.items())}
     if outcome in FAILING and excinfo is not None:
+        worst = getattr(impl, "worst_failure", None)  # harness.run.worst_case: the worst of its failing cases
+        if worst is not None:
+            return {"failure": worst}
         try:
             return {"failure": failure_record(impl, getattr(excinfo, "value", None))}
         except Exception as exc:  # noqa: BLE001 - the record is informative; the run must go on

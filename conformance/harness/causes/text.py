@@ -7,7 +7,9 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 
-from conformance.harness.causes.conventions import CAUSAL_IGNORED, FINITE_FILL, in_units
+from conformance.harness.causes import conflicts, gross
+from conformance.harness.causes.blocked_weight import BLOCKED_WEIGHT
+from conformance.harness.causes.conventions import CAUSAL_IGNORED, FINITE_ADDITIVE, FINITE_FILL, in_units
 
 # What a matched convention (or a feature without one) most likely means, in a few words.
 _HINTS = {
@@ -22,6 +24,8 @@ _HINTS = {
     "all_blocked_float_mask=mean-v": "rows of -inf in a float mask give the mean of V",
     "all_blocked_float_mask=nan": "rows of -inf in a float mask give NaN",
     "all_blocked_float_mask=zeros": "rows of -inf in a float mask give zeros",
+    FINITE_ADDITIVE: "blocked keys (the mask's, or causal's) get a finite additive fill (such as -1e4 or -1e9) "
+    "instead of -inf: keys scoring far above it keep their weight (000 §3: a finite negative number is not blocking)",
     FINITE_FILL: "rows blocked entirely give the softmax over every key: blocked keys get a finite fill "
     "(e.g. -1e4) instead of -inf (000 §7.3)?",
     CAUSAL_IGNORED: "is_causal ignored: the output is that of the same case without causal?",
@@ -35,6 +39,8 @@ _FIELD_HINTS = {
     "blocked_fill": "blocked keys get a finite fill instead of -inf (000 §3)?",
 }
 _FEATURE_HINTS = {
+    BLOCKED_WEIGHT: "blocked keys get a non-zero weight (000 §7.3 / §8 require exactly 0: -inf before softmax, "
+    "not a clipped exp or a finite fill)",
     "|QK^T| > 65504 (float16 max)": "QK^T overflows float16: not upcast before QK^T (000 §8)?",
     "large |scores| (>= 64)": "large scores mishandled (no max subtracted, or a finite fill for blocked keys)?",
     "row blocked entirely: bool": "the fill of rows blocked entirely (000 §8: weights and output 0)?",
@@ -62,6 +68,7 @@ _ABOUT = {
     "bfloat16_computed_as": ("dtype=bfloat16", "dtype float16 or bfloat16", "large |scores|"),
     "scale_applied": ("dtype=float16", "dtype=bfloat16", "dtype float16 or bfloat16", "large |scores|"),
     "blocked_fill": ("row blocked entirely", "bool mask", "causal", "large |scores|"),
+    FINITE_ADDITIVE: ("causal", "bool mask", "float mask", "large |scores|", "|QK^T|", "row blocked entirely"),
 }
 
 
@@ -78,12 +85,21 @@ def names_a_mechanism(features: list[str]) -> int:
     return max((len(order) - order.index(f) for f in features if f in _FEATURE_HINTS), default=0)
 
 
+def _votes(rows: list[dict], features: list[str]) -> Counter:
+    return Counter(m for r in rows for m in (r["failure"].get("matches") or []) if about(m, features))
+
+
+def conflicting(rows: list[dict], features: list[str]) -> dict[str, list[str]]:
+    """Fields about ``features`` whose failing outputs match more than one value (causes.conflicts)."""
+    return conflicts.conflicts(conflicts.seen(rows, lambda m: about(m, features)))
+
+
 def suggestion(rows: list[dict], features: list[str]) -> tuple[str | None, int, int]:
     """(convention, failing outputs that match it, outputs it could be checked on): the convention
     about ``features`` that most of the checked failing outputs match, or (None, 0, checked)."""
     checked = sum(1 for r in rows if r["failure"].get("checked"))
-    votes = Counter(m for r in rows for m in (r["failure"].get("matches") or []) if about(m, features))
-    if not votes:
+    votes = _votes(rows, features)
+    if not votes or conflicting(rows, features):
         return None, 0, checked
     best, n = max(votes.items(), key=lambda kv: (kv[1], "=" in kv[0]))
     best, n = _per_dtype_formulations(rows, votes, best, n)
@@ -119,22 +135,27 @@ def _unit_dtype(dtype: str, rel: float) -> str:
 
 def errors_summary(rows: list[dict]) -> dict[str, dict]:
     """Per dtype: the median worst relative error, in units of the relevant precision, and how
-    far past the allowance; NaN outputs counted apart."""
+    far past the allowance, with the maximum of each beside it (one case of 1e30 among rounding slips
+    must show); NaN outputs counted apart."""
     out: dict[str, dict] = {}
     by_dtype: dict[str, list[dict]] = {}
     for r in rows:
-        m = r["failure"].get("measure")
-        if m:
-            by_dtype.setdefault(str(r["failure"].get("dtype") or r["dtype"]), []).append(m)
-    for dtype, ms in sorted(by_dtype.items()):
+        if r["failure"].get("measure"):
+            by_dtype.setdefault(str(r["failure"].get("dtype") or r["dtype"]), []).append(r["failure"])
+    for dtype, failures in sorted(by_dtype.items()):
+        ms = [f["measure"] for f in failures]
         rels = [m["rel_err"] for m in ms if isinstance(m.get("rel_err"), float)]
         ratios = [m["err"] / m["allowed"] for m in ms if _num(m.get("err")) and _num(m.get("allowed")) and m["allowed"]]
         entry: dict = {"cases": len(ms), "nan_cases": sum(1 for m in ms if m.get("nan"))}
         if rels:
             med = statistics.median(rels)
-            entry.update(median_rel_err=med, in_units=in_units(med, _unit_dtype(dtype, med)))
+            entry.update(median_rel_err=med, in_units=in_units(med, _unit_dtype(dtype, med)), max_rel_err=max(rels))
         if ratios:
             entry["times_allowed"] = statistics.median(ratios)
+        worst = max(failures, key=gross.severity)
+        top = gross.ratio(worst["measure"])
+        entry["max_times_allowed"] = top if top != float("inf") else "inf"  # JSON-safe (the certificate)
+        entry["worst"] = gross.describe(worst)
         out[dtype] = entry
     return out
 
@@ -146,6 +167,11 @@ def _num(x) -> bool:
 def hint(cause: dict) -> str:
     """What the cause most likely is, in a few words: from the matched convention, else its features
     (the float16 overflow only where every failing case is float16 or bfloat16)."""
+    if cause.get("blocked_weight"):
+        return (
+            f"blocked keys get weight up to {cause['blocked_weight']:.3g} (000 §7.3 / §8 require exactly 0: "
+            "-inf before softmax, not a clipped exp or a finite fill)"
+        )
     if cause.get("precision"):
         return f"every dtype computed at {cause['precision']} precision (its products' operands or results rounded)?"
     if cause.get("declare") in _HINTS:
@@ -153,11 +179,24 @@ def hint(cause: dict) -> str:
     field = str(cause.get("declare") or "").split("=")[0]
     if field in _FIELD_HINTS:
         return _FIELD_HINTS[field]
+    if cause.get("conflicts"):
+        return "; ".join(
+            f"the failing outputs match {field} = {' in some cases, '.join(values)} in others: it depends on the "
+            "case (its size, its dtype), which no declaration says"
+            for field, values in cause["conflicts"].items()
+        )
     low = set(cause.get("dtypes") or ()) <= {"float16", "bfloat16"}
     feats = [f for f in cause["features"] if low or f != "|QK^T| > 65504 (float16 max)"]
     if not low and len(feats) < len(cause["features"]):
         feats.append("large |scores| (>= 64)")
     return next((_FEATURE_HINTS[f] for f in feats if f in _FEATURE_HINTS), "")
+
+
+def _times(ratio: float | str) -> str:
+    ratio = float(ratio)
+    return (
+        "a non-finite error" if ratio == float("inf") else f"{ratio:.3g}x allowed" if ratio < 1e6 else ">1e6x allowed"
+    )
 
 
 def _errors_line(errors: dict[str, dict]) -> str:
@@ -171,24 +210,39 @@ def _errors_line(errors: dict[str, dict]) -> str:
         else:
             text = f"{dtype} relative error {rel:.3g}"
         if "times_allowed" in e:
-            ratio = e["times_allowed"]
-            text += f", {ratio:.3g}x allowed" if ratio < 1e6 else ", >1e6x allowed"
+            text += f", {_times(e['times_allowed'])}"
         if e.get("nan_cases"):
             text += f", NaN in {e['nan_cases']} of {e['cases']}"
-        parts.append(text + f" (median of {e['cases']})")
+        text += f" (median of {e['cases']}"
+        higher = float(e.get("max_times_allowed", 0)) > e.get("times_allowed", 0)
+        if e["cases"] > 1 and (e.get("max_rel_err", 0) > (rel or 0) or higher):
+            top = e.get("max_rel_err")
+            text += (
+                "; max " + (f"relative error {top:.3g}, " if top is not None else "") + _times(e["max_times_allowed"])
+            )
+        parts.append(text + ")")
     return "; ".join(parts)
+
+
+def _title(n: int, cause: dict) -> str:
+    """ "n. features", prefixed "wrong values, not rounding:" for a cause of errors past any rounding."""
+    wrong = f"{gross.WRONG_VALUES}: " if cause.get("wrong_values") else ""
+    return f"{n}. {wrong}{' + '.join(cause['features'])}"
 
 
 def cause_lines(n: int, cause: dict) -> list[str]:
     """One cause in the summary: its features and counts, its errors, its hint and ``--declare``."""
     calls = ", ".join(f"{k} {v}" for k, v in sorted(cause["calls"].items()))
     lines = [
-        f"{n}. {' + '.join(cause['features'])}: {cause['clause_tests']} failing clause tests of "
+        f"{_title(n, cause)}: {cause['clause_tests']} failing clause tests of "
         f"{cause['clauses']} clauses ({calls}); in {cause['passing_cases_with_it']} of {cause['passing_cases']} "
         "passing cases"
     ]
     if cause["errors"]:
         lines.append(f"   errors: {_errors_line(cause['errors'])}")
+        if cause.get("wrong_values"):
+            worst = max(cause["errors"].values(), key=lambda e: float(e.get("max_times_allowed", 0)))
+            lines.append(f"   worst: {worst['worst']}")
     text = hint(cause)
     if cause.get("declare"):
         what = f"--declare {cause['declare']}" if "=" in cause["declare"] else "measured"
@@ -229,7 +283,7 @@ def markdown(found: dict | None) -> list[str]:
     ]
     for n, cause in enumerate(found["causes"], 1):
         first, *rest = cause_lines(n, cause)
-        head = f"{n}. {' + '.join(cause['features'])}"
+        head = _title(n, cause)
         out.append(f"{n}. **{head[len(str(n)) + 2 :]}**{first[len(head) :]}")
         out += [f"   - {ln.strip()}" for ln in rest]
     if found["unexplained"]:

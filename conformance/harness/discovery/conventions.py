@@ -74,7 +74,11 @@ def _bool_mask(p: Probing, measure_support: bool) -> None:
             sense(f"{desc}", good[0])
         return
     if not errs:
-        support(False, f"{what}: {desc}")
+        crash = next((o for o in tried.values() if p.crashed(o, what)), None)
+        if crash is not None:
+            support(True, f"kept: {what}: {desc} (a crash, not a rejection)")
+        else:
+            support(False, f"{what}: {desc}")
         sense("not measured: the boolean mask did not run")
         return
     if any(w.matches(w.err(o.value, w.reference(case.replace(mask=None))), p.dtype) for o in tried.values() if o.ok):
@@ -156,6 +160,9 @@ def causal_with_mask(p: Probing) -> None:
             p.finding(f"ignores the mask when is_causal is given ({what}: {desc}); no field declares that")
         else:
             p.finding(f"{what} gives neither the union, the mask alone nor causal alone ({desc})")
+        return
+    if p.crashed(both, f"{what}, passed together"):
+        p.keep("causal_with_mask", f"kept: {what}: together {both.error} (a crash, not a rejection: never folded)")
         return
     folded = p.forward(case, p.decl.replace(causal_with_mask=False))
     e = w.err(folded.value, union) if folded.ok else np.inf

@@ -12,7 +12,10 @@ NaN on some all-blocked rows and zeros on others, fp16 products that match no de
 A finding is never declared away: the field keeps its declared value, so the clauses that test it
 fail. Formulations (``harness.discovery.formulations``: the precision each dtype is computed at,
 where the scale is applied, the fill of blocked keys, normwise merges) are measured by the oracle
-and error model of each candidate.
+and error model of each candidate. A call that fails counts as the kernel's "not supported" only when
+it is a rejection (``NotApplicable``, or a class of ``rejects_with``, which is therefore probed first),
+as for the guard's bad-input clauses; any other failure (an ``AssertionError``, a ``KeyError``, a hang,
+a wrong shape) is a crash and a finding, and no capability is switched off and nothing is folded on it.
 
 Fields the user pinned with ``--declare`` are not probed. Used by ``python -m conformance.discover``
 and by ``pytest --discover`` (harness.run.discovery_run).
@@ -94,6 +97,8 @@ def discover(
     from conformance.harness.discovery import formulations as discovery_formulations
     from conformance.harness.discovery import precision as discovery_precision
     from conformance.harness.discovery import probes as discovery_probes
+    from conformance.harness.discovery import rejections as discovery_rejections
+    from conformance.harness.discovery import tiers as discovery_tiers
 
     pinned = dict(pinned or {})
     reference = adapter.declaration
@@ -106,9 +111,15 @@ def discover(
         *discovery_formulations.PROBES,
         discovery_precision.upcast,
         *discovery_probes.LIMITS,
+        *discovery_tiers.TIERS,
     )
-    try:
-        for probe in (discovery_probes.dtypes, discovery_formulations.float32_computed_as, *probes):
+    try:  # rejects_with first: whether a failed call is a rejection or a crash depends on it (Outcome.rejection)
+        for probe in (
+            discovery_rejections.rejects_with,
+            discovery_probes.dtypes,
+            discovery_formulations.float32_computed_as,
+            *probes,
+        ):
             try:
                 if probe(p) is False:  # no dtype ran: nothing else can be probed
                     break

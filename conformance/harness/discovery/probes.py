@@ -1,7 +1,9 @@
 """Discovery's capability and limit probes: what runs (dtypes, grad, dropout, GQA, scale) and where it stops.
 
 Each probe takes the shared :class:`~conformance.harness.discovery.probing.Probing` state and records one
-field. The rule for a capability: raised or refused -> not supported; ran and matched the oracle with
+field. The rule for a capability: rejected (refused, or raised a declared ``rejects_with`` class) -> not
+supported; crashed (raised anything else, hung, returned a wrong shape) -> the declared value kept and a
+finding (``Probing.crashed``); ran and matched the oracle with
 the feature -> supported; ran and matched the oracle *without* it (the argument ignored) -> not
 supported, the evidence says "ignored"; ran and matched neither -> supported, with a finding: declaring
 it unsupported would hide a wrong answer behind "not applicable". Witnesses are ``harness.cases.build``
@@ -31,12 +33,15 @@ def dtypes(p: Probing) -> bool:
     if p.pinned_here("dtypes"):
         ran = sorted(p.decl.dtypes, key=DTYPES.index)
     else:
-        ran, notes = [], []
+        ran, crashing, notes = [], [], []
         for dt in DTYPES:
             case = base(p, 1, dt)
             o = p.forward(case)
             if not o.ok:
                 notes.append(f"{dt} {o.error}")
+                if dt in p.decl.dtypes and p.crashed(o, f"{dt} inputs"):
+                    crashing.append(dt)
+                    notes[-1] += " (a crash: kept)"
                 continue
             ran.append(dt)
             e = w.err(o.value, w.reference(case))
@@ -48,7 +53,7 @@ def dtypes(p: Probing) -> bool:
             if not e <= tol:
                 p.finding(f"{dt}: the plain witness (no mask, no causal) differs from the oracle, err {w.fmt(e)}")
             notes.append(f"{dt} ran (err {w.fmt(e)})")
-        p.record("dtypes", frozenset(ran), "; ".join(notes))
+        p.record("dtypes", frozenset(ran + crashing), "; ".join(notes))
     if not ran:
         p.finding("no dtype ran: nothing else could be probed")
         return False
@@ -62,7 +67,7 @@ def capability(p: Probing, name: str, case: Case, without: Case, what: str) -> N
         return
     o = p.forward(case)
     if not o.ok:
-        p.record(name, False, f"{what}: {o.error}")
+        p.failed(name, o, what)
         return
     e, e_without = w.err(o.value, w.reference(case)), w.err(o.value, w.reference(without))
     if w.matches(e, p.dtype):
@@ -81,7 +86,7 @@ def grad(p: Probing) -> None:
     g = np.random.default_rng(2).standard_normal(case.out_shape).astype(np_dtype(p.dtype))
     o = p.vjp(case, g)
     if not o.ok:
-        p.record("grad", False, f"vjp {o.error}")
+        p.failed("grad", o, "vjp")
         return
     from conformance import oracle
 
@@ -104,7 +109,7 @@ def dropout(p: Probing) -> None:
     what = f"dropout_p={rate} (V = I, T=4, S={S})"
     o = p.forward(case)
     if not o.ok:
-        p.record("dropout", False, f"{what}: {o.error}")
+        p.failed("dropout", o, what)
         return
     a, weights = np.asarray(o.value, dtype=np.float64), w.reference(plain)
     if w.matches(w.err(a, weights), p.dtype):
@@ -137,7 +142,7 @@ def gqa(p: Probing) -> None:
     what = "Hq=4, Hkv=2"
     o = p.forward(case)
     if not o.ok:
-        p.record("gqa", False, f"{what}: {o.error}")
+        p.failed("gqa", o, what)
         return
     e = w.err(o.value, w.reference(case))
     modulo = w.err(o.value, w.reference(case.replace(key=case.key[:, [0, 1, 0, 1]], value=case.value[:, [0, 1, 0, 1]])))
@@ -160,40 +165,6 @@ CAPABILITIES = (grad, dropout, gqa, custom_scale)
 
 
 # -- limits -------------------------------------------------------------------------------------
-# Crashes, not rejections (an index out of range in an adapter's lowering): never proposed for rejects_with.
-CRASHES = frozenset({"LookupError", "AttributeError", "ArithmeticError", "AssertionError", "NameError", "MemoryError"})
-
-
-def rejects_with(p: Probing) -> None:
-    """The classes raised on two clearly invalid inputs; classes the declaration does not name yet are
-    added, unless they are crashes (CRASHES), which the evidence names and the declaration does not."""
-    if p.pinned_here("rejects_with"):
-        return
-    c = base(p, 6)
-    bad = {
-        "query 3-D": c.replace(query=np.ascontiguousarray(c.query[0])),
-        "Dk 8 vs key Dk 6": c.replace(key=np.ascontiguousarray(c.key[..., :6])),
-    }
-    notes, new = [], set()
-    for what, case in bad.items():
-        with w.declared(p.adapter, p.decl):
-            o = w.call(lambda case=case: p.adapter.forward(case), p.timeout)
-        if o.ok:
-            notes.append(f"{what}: accepted")
-            continue
-        notes.append(f"{what}: {o.error}")
-        if not o.exc_names or set(o.exc_names) & set(p.decl.rejects_with):
-            continue
-        if set(o.exc_names) & CRASHES:
-            notes[-1] += " (a crash, not a rejection: not proposed)"
-        else:
-            new.add(o.exc_class)
-    if new:
-        p.record("rejects_with", frozenset(p.decl.rejects_with | new), "; ".join(notes))
-    else:
-        p.keep("rejects_with", "; ".join(notes))
-
-
 def max_head_dim(p: Probing) -> None:
     if p.pinned_here("max_head_dim"):
         return
@@ -203,6 +174,9 @@ def max_head_dim(p: Probing) -> None:
         o = p.forward(case)
         if not o.ok:
             notes.append(f"{d} {o.error}")
+            if p.crashed(o, f"head dim {d}"):
+                p.keep("max_head_dim", "kept: " + "; ".join(notes) + " (a crash, not a rejection)")
+                return
             break
         e = w.err(o.value, w.reference(case))
         notes.append(f"{d} ran (err {w.fmt(e)})")
@@ -219,7 +193,7 @@ def requires_dk_eq_dv(p: Probing) -> None:
     case = base(p, 8, Dk=8, Dv=12)
     o = p.forward(case)
     if not o.ok:
-        p.record("requires_dk_eq_dv", True, f"Dk=8, Dv=12: {o.error}")
+        p.failed("requires_dk_eq_dv", o, "Dk=8, Dv=12", off=True)
         return
     e = w.err(o.value, w.reference(case))
     p.record("requires_dk_eq_dv", False, f"Dk=8, Dv=12 ran (err {w.fmt(e)})")
@@ -247,4 +221,4 @@ def deterministic(p: Probing) -> None:
     p.record("deterministic", same, "; ".join(notes))
 
 
-LIMITS = (rejects_with, max_head_dim, requires_dk_eq_dv, deterministic)
+LIMITS = (max_head_dim, requires_dk_eq_dv, deterministic)

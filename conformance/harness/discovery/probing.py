@@ -76,6 +76,26 @@ class Probing:
     def finding(self, text: str) -> None:
         self.findings.append(text)
 
+    def failed(self, name: str, o: witness.Outcome, what: str, off: Any = False) -> None:
+        """A call using feature ``name`` failed: not supported (``off``) when it was a rejection; a crash
+        keeps the declared value (and is a finding: :meth:`crashed`)."""
+        if self.crashed(o, what):
+            self.keep(name, f"kept: {what}: {o.error} (a crash, not a rejection)")
+        else:
+            self.record(name, off, f"{what}: {o.error}")
+
+    def crashed(self, o: witness.Outcome, what: str) -> bool:
+        """True (and a finding) when the failed call ``o`` is a crash, not a rejection (``Outcome.rejection``):
+        a probe then keeps the field's declared value instead of declaring the feature away, so the
+        clauses that use it run and fail with the crash."""
+        if o.ok or o.rejection(self.decl):
+            return False
+        self.finding(
+            f"{what}: {o.error}: a crash, not a rejection (neither NotApplicable nor a declared rejects_with class: "
+            f"{', '.join(sorted(self.decl.rejects_with))}); not declared away"
+        )
+        return True
+
     def forward(self, case, decl: Declaration | None = None) -> witness.Outcome:
         with witness.declared(self.adapter, decl or self.decl):
             return witness.forward(self.adapter, case, self.timeout)

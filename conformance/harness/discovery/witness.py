@@ -46,6 +46,13 @@ class Outcome:
     def ok(self) -> bool:
         return self.error is None
 
+    def rejection(self, decl: Declaration) -> bool:
+        """True when the call failed as a kernel says "not this": a refusal (``NotApplicable``) or an
+        exception of a class ``decl.rejects_with`` names (matched on the MRO, as the guard's
+        ``judge.rejection.documented``). Anything else (another exception, a hang, a wrong shape) is a
+        crash: evidence of a bug, never of a limit."""
+        return not self.ok and (self.refused or bool(set(self.exc_names) & set(decl.rejects_with)))
+
 
 def _short(exc: BaseException) -> str:
     text = " ".join(str(exc).split())

@@ -36,6 +36,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from conformance.harness.records.reasons import merged
+
 PASSED = "passed"
 FAILED = "failed"
 NOT_APPLICABLE = "not applicable"  # by the kernel's declaration
@@ -207,8 +209,7 @@ def _expected_detail(rows: list[ClauseResult], order: tuple[str | None, ...]) ->
 
 
 def _clause_reason(rows: list[ClauseResult]) -> str:
-    reasons = sorted({r.reason.removeprefix(f"not applicable to {r.impl}: ") for r in rows if r.reason})
-    return "; ".join(reasons)[:300]
+    return merged(r.reason.removeprefix(f"not applicable to {r.impl}: ") for r in rows if r.reason)[:300]
 
 
 def decide(
@@ -329,10 +330,9 @@ def clause_outcome(rows: list[dict]) -> tuple[str, str]:
         if na:
             detail += "; not applicable: " + "; ".join(f"{r['dtype'] or ''} ({r['reason']})".strip() for r in na)
         return "pass", detail
-    reasons = sorted({r["reason"] for r in rows if r["reason"]})
     kinds = {r["outcome"] for r in rows}
     kind = next((k for k in ("skipped", "not in profile", "not applicable") if k in kinds), "skipped")
-    return kind, "; ".join(reasons)
+    return kind, merged(r["reason"] for r in rows if r["reason"])
 
 
 def worst(words: Iterable[str]) -> str | None:

@@ -91,6 +91,13 @@ def _is_clause(item: pytest.Item) -> bool:
     return info_of(getattr(item, "function", None)) is not None
 
 
+def listed(item: pytest.Item, clause: str) -> bool:
+    """Whether this clause test's adapter has known causes that could explain its failure (an
+    expectations file with entries): its failures are then judged against them as they come, and no
+    search for a worse failing case (``harness.run.worst_case``) is spent on them."""
+    return bool(_entries_of(item))
+
+
 def _entries_of(item: pytest.Item) -> list[Expectation]:
     """The expectations entries of this clause test's adapter (empty: none apply)."""
     applied = item.config.stash.get(_KEY, None)
