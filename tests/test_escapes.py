@@ -13,7 +13,7 @@ import pytest
 from tests.clause_runner import load_clauses, run_clause
 from tests.mutants_escapes import ESCAPES
 
-STATUS = "escapes"
+STATUS = "killed"
 COVERING = ("COVER-PAIRS-01", "COVER-PAIRS-GRAD-02")
 
 
