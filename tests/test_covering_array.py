@@ -11,6 +11,7 @@ shrunk to its features; and the count fails on the plan made before coverage was
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 from pathlib import Path
@@ -48,6 +49,12 @@ DECLS = {
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@functools.cache
+def _plan_records(which: str) -> list[dict]:
+    decl = DECLS[which]
+    return _records(decl, covering.plan(decl, 2))
+
+
 def _records(decl, plan):
     """What the covering clauses record for every row of ``plan`` (as pair_coverage.record does)."""
     out = []
@@ -70,7 +77,7 @@ def _records(decl, plan):
 def test_rows_show_every_admitted_pair_and_are_admitted(which):
     decl = DECLS[which]
     plan = covering.plan(decl, 2)
-    table = coverage_tables.pairs_table(_records(decl, plan), decl, (2,))["2"]
+    table = coverage_tables.pairs_table(_plan_records(which), decl, (2,))["2"]
     assert table["observable"] == table["admitted"] == len(plan.admitted), (
         list(table["not_observable"].items())[:5],
         table["not_reached"][:5],
@@ -91,7 +98,7 @@ def test_rows_show_every_admitted_pair_and_are_admitted(which):
 
 
 def test_plan_is_deterministic_and_cached_as_built():
-    decl = DECLS["base"]
+    decl = DECLS["no GQA, no float mask, no custom scale, fp32/fp16"]
     first = covering.build_plan(decl, 2)
     again = covering.build_plan(decl, 2)
     assert first.rows == again.rows and first.admitted == again.admitted and first.excluded == again.excluded
@@ -194,8 +201,7 @@ def test_the_count_fails_on_the_plan_made_before_it():
 
 def test_classes_reach_across_their_ranges():
     decl = DECLS["base"]
-    plan = covering.plan(decl, 2)
-    took = coverage_tables.pairs_table(_records(decl, plan), decl, (2,))["2"]["values_taken"]
+    took = coverage_tables.pairs_table(_plan_records("base"), decl, (2,))["2"]["values_taken"]
     m = took["additive M: finite large negative on whole rows"]
     assert "-1e+04" in m and f"{-np.finfo(np.float64).max:.3g}" in m, m
     assert {"0.1", "2"} <= set(took["scale: custom"]), took["scale: custom"]
@@ -206,7 +212,17 @@ def test_classes_reach_across_their_ranges():
 
 
 def test_triples_cover_every_admitted_triple():
-    decl = DECLS["no GQA, no float mask, no custom scale, fp32/fp16"]  # the smaller table
+    # a small table (one dtype, no masks, head dims up to 8): t = 3 planning grows with the triples
+    decl = Declaration(
+        gqa=False,
+        bool_mask=False,
+        float_mask=False,
+        causal=False,
+        custom_scale=False,
+        dtypes=frozenset({"float32"}),
+        max_head_dim=8,
+        requires_dk_eq_dv=True,
+    )
     plan = covering.plan(decl, 3)
     shown = set()
     for i, row in enumerate(plan.rows):

@@ -171,38 +171,37 @@ def _twin(decl: Declaration, items: tuple, t: int, defaults: tuple) -> tuple | N
 
 
 # -- building --------------------------------------------------------------------------------------
-def _mask_row(pattern: str, S: int, rng: np.random.Generator) -> np.ndarray:
-    """One row of "some keys blocked": at least one key blocked and two visible (S >= 3)."""
-    m = np.zeros(S, dtype=bool)
+def _mask_rows(n_rows: int, S: int, offset: int, rng: np.random.Generator) -> np.ndarray:
+    """``n_rows`` rows of "some keys blocked", row i in pattern ``MASK_PATTERNS[(i + offset) % 4]``
+    (scattered, a run at the start under a tile, a hole, a run at the end), each blocking 1 to S - 2
+    keys: at least one blocked and two visible (S >= 3)."""
+    m = np.zeros((n_rows, S), dtype=bool)
     if S < 3:
         return m
-    n = int(rng.integers(1, S - 1))  # blocked: 1 .. S - 2
-    if pattern == "scattered":
-        m[rng.choice(S, size=n, replace=False)] = True
-    elif pattern == "a run at the start":  # left padding, shorter than a tile (a whole tile is its own class)
-        m[: min(n, TILE - 1)] = True
-    elif pattern == "a run at the end":  # right padding
-        m[S - n :] = True
-    else:  # a hole: a run that leaves keys on both sides
-        n = min(n, S - 2)
-        start = int(rng.integers(1, S - n))
-        m[start : start + n] = True
-    if S > TILE and m[:TILE].all():  # scattered over a whole leading tile by chance: that is the other class
-        m[0] = False
+    n = rng.integers(1, S - 1, size=(n_rows, 1))  # blocked per row: 1 .. S - 2
+    key = np.arange(S)[None, :]
+    kind = (np.arange(n_rows)[:, None] + offset) % len(MASK_PATTERNS)
+    ranks = np.argsort(np.argsort(rng.random((n_rows, S)), axis=1), axis=1)
+    start = rng.integers(1, np.maximum(S - n, 2))  # a hole starts past key 0 and ends before the last key
+    m = np.where(kind == 0, ranks < n, m)  # scattered
+    m = np.where(kind == 1, key < np.minimum(n, TILE - 1), m)  # left padding, shorter than a tile
+    m = np.where(kind == 2, (key >= start) & (key < start + n), m)  # a hole
+    m = np.where(kind == 3, key >= S - n, m)  # right padding
+    if S > TILE:  # scattered over a whole leading tile by chance: that is the other class
+        m[m[:, :TILE].all(axis=1), 0] = False
     return m
 
 
 def _mask_content(r: dict[str, str], shape: tuple[int, ...], c: Concrete, seed: int) -> np.ndarray:
     S = shape[-1]
-    rng = rng_for(seed + 7919)
-    flat = np.zeros((int(np.prod(shape[:-1])), S), dtype=bool)
+    rows = int(np.prod(shape[:-1]))
     if r["mask content"] == LEADING_TILE:
+        flat = np.zeros((rows, S), dtype=bool)
         flat[:, : TILE * c.lead_tiles] = True
         return flat.reshape(shape)
-    for i in range(flat.shape[0]):
-        flat[i] = _mask_row(MASK_PATTERNS[(i + c.pattern_offset) % len(MASK_PATTERNS)], S, rng)
+    flat = _mask_rows(rows, S, c.pattern_offset, rng_for(seed + 7919))
     if r["mask content"] == "rows blocked entirely":
-        flat[_which(c.which_row, flat.shape[0])] = True
+        flat[_which(c.which_row, rows)] = True
     return flat.reshape(shape)
 
 
@@ -340,6 +339,15 @@ def build_twin(
     r = {**DEFAULTS, **row}
     other = {**DEFAULTS, **twin(decl, r, t)}
     sizes_of_row = concrete(r, decl, t, picks or {}, r["dtype"])
+    z = sizes_of_row.sizes
+    for name in ("causal", "mask content", "additive M"):  # at the row's sizes, no fill the declaration leaves open
+        has = (other["mask form"] != "none", other["additive M"] != "none", other["causal"] == "on")
+        empty = _meant_empty_rows(other, decl, z)
+        if not empty or empty_rows_allowed(
+            decl, has_mask=has[0], has_bias=has[1], is_causal=has[2], grad=other["direction"] == "backward"
+        ):
+            break
+        other[name] = r[name]
     own = concrete(other, decl, t, picks or {}, other["dtype"])
     c = Concrete(**{**own.__dict__, **sizes_of_row.sizes, "magnitude": own.magnitude, "picks": own.picks})
     return _build(other, decl, seed + 500, c, _label(other, "twin of a covering row (same shapes)"))

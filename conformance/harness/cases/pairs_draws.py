@@ -80,6 +80,15 @@ def _bump_for_liveness(r: dict[str, str], decl: Declaration, z: dict[str, int]) 
         z["T"] = TILE + 3 if r["T"] == "odd" else max(z["T"], TILE + 2)
 
 
+def _same_empty_rows(r: dict[str, str], decl: Declaration, z: dict[str, int], t: int, picks: dict) -> bool:
+    """Under bottom-right causal, T > S empties the first T - S rows: a draw may do so only where the
+    row's smallest members do (what admitted the row, and its fill, ``pairs_cases.row_reasons``)."""
+    if not picks or r["causal"] != "on" or decl.causal_alignment != "bottom-right":
+        return True
+    z0 = _sizes(r, decl, t, {})
+    return (z["T"] > z["S"]) == (z0["T"] > z0["S"])
+
+
 FALLBACK_ORDER = ("T", "B", "heads", "Dv", "Dk", "S")  # S last: "long" reaches past 1 024 where T allows
 
 
@@ -107,7 +116,7 @@ def _sizes(r: dict[str, str], decl: Declaration | None, t: int, picks: dict[str,
         dims_ok = (decl.max_head_dim is None or max(z["Dk"], z["Dv"]) <= decl.max_head_dim) and not (
             decl.requires_dk_eq_dv and z["Dk"] != z["Dv"]
         )
-        return z, _in_class(r, z) and dims_ok and _within(r, z, t)
+        return z, _in_class(r, z) and dims_ok and _within(r, z, t) and _same_empty_rows(r, decl, z, t, chosen)
 
     z, ok = attempt()
     for param in FALLBACK_ORDER:

@@ -60,9 +60,15 @@ def _ints(lo: int, hi: int, key: tuple, ok=lambda n: True) -> list[int]:
 
 
 def floats(lo: float, hi: float, key: tuple, log: bool = False) -> list[float]:
+    """[lo, hi] (the extremes) and seeded draws between them (three significant digits)."""
+    return _floats(lo, hi, key, log, draws())
+
+
+@functools.lru_cache(maxsize=1 << 10)
+def _floats(lo: float, hi: float, key: tuple, log: bool, n: int) -> list[float]:
     rng = seeded(*key)
     draws = []
-    for _ in range(_n_draws()):
+    for _ in range(n):
         u = rng.random()
         x = math.exp(math.log(lo) + u * (math.log(hi) - math.log(lo))) if log else lo + u * (hi - lo)
         draws.append(float(f"{x:.3g}"))
@@ -160,6 +166,7 @@ def resolvable(dtype: str) -> float:
     return 0.05 / u
 
 
+@functools.lru_cache(maxsize=1 << 12)
 def ladder(dtype: str, n: int, key: tuple, extremes: bool = True) -> tuple[float, ...]:
     """``n`` magnitudes of a finite large negative M, one per row: 1e4, finfo(dtype).max and 0.7 x it
     (what transformers and XLA fill with), then seeded log-uniform draws from 1e4 to where the dtype
