@@ -17,7 +17,6 @@ the suite, and the package ships only what certifies a user's kernel.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -249,11 +248,22 @@ def _no_row_term(k: Generated, case: Case, grad_out: np.ndarray):
     return dq2.astype(lowp), dk2.astype(lowp), dv
 
 
+def _dq_unscaled(k: Generated, case: Case, grad_out: np.ndarray):
+    """dQ = dS K, the scale left out (at scale 0 the right dQ is 0, this one is not)."""
+    dq, dk, dv = _grads(k, case, grad_out)
+    if case.effective_scale != 0:
+        return _scaled(case, dq, 1.0 / case.effective_scale), dk, dv
+    unit = case.replace(scale=1.0)
+    p = k.backward_weights(case)
+    q, kk, v = k.operands(case)
+    do = np.asarray(grad_out, dtype=np.float64)
+    dp = do @ np.swapaxes(v, -1, -2)
+    ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True))
+    return _scaled(unit, ds @ kk, 1.0), dk, dv
+
+
 _BACKWARD = {
-    "dQ without the scale": lambda k, c, g: (
-        _scaled(c, _grads(k, c, g)[0], 1.0 / c.effective_scale if c.effective_scale else 2.0),
-        *_grads(k, c, g)[1:],
-    ),
+    "dQ without the scale": _dq_unscaled,
     "dK doubled": lambda k, c, g: (lambda r: (r[0], _scaled(c, r[1], 2.0), r[2]))(_grads(k, c, g)),
     "softmax row term dropped": _no_row_term,
     "dV off by 10 %": lambda k, c, g: (lambda r: (r[0], r[1], _scaled(c, r[2], 1.1)))(_grads(k, c, g)),
@@ -263,10 +273,13 @@ assert set(_FORWARD) | set(_BACKWARD) == set(BY_NAME), sorted(set(BY_NAME) ^ (se
 
 
 def sample(n: int, arity: int, seed: int, values: dict[str, list[str]], admits: Callable[[dict], bool]) -> list[Spec]:
-    """``n`` distinct mutants of ``arity`` predicates, seeded: parameters drawn without repetition, a
-    value each from ``values`` (what the declaration admits), "called before with the same shapes" as
-    one predicate a tenth of the time; kept only when ``admits`` finds a row that holds the trigger and
-    one of the classes its perturbation needs (else the mutant could never differ from the kernel)."""
+    """``n`` distinct mutants whose triggers hold ``arity`` predicates, seeded.
+
+    The arity counts every class the bug needs to show: a backward perturbation's trigger holds
+    "direction: backward", and a perturbation that needs a class (a mask to drop, dropout to ignore)
+    holds one of them; the rest are drawn (distinct parameters, a value each from ``values``, what the
+    declaration admits; "called before with the same shapes" a tenth of the time). Kept only when
+    ``admits`` finds a row holding the whole trigger (else it could never fire)."""
     rng = np.random.default_rng(seed)
     out: list[Spec] = []
     seen: set = set()
@@ -274,33 +287,29 @@ def sample(n: int, arity: int, seed: int, values: dict[str, list[str]], admits: 
     while len(out) < n and tries < 200 * n:
         tries += 1
         pert = PERTURBATIONS[rng.integers(len(PERTURBATIONS))]
-        k = arity
-        trigger: list[tuple[str, str]] = []
-        if rng.random() < 0.1:
-            trigger.append(AGAIN)
-            k -= 1
-        params = rng.choice(len(PREDICATE_PARAMETERS), size=k, replace=False)
-        for i in sorted(params):
-            p = PREDICATE_PARAMETERS[i]
-            trigger.append((p, values[p][rng.integers(len(values[p]))]))
-        plain = {p: v for p, v in trigger if (p, v) != AGAIN}
-        if pert.direction == "backward" and plain.get("direction") == "forward":
+        trigger: dict[str, str] = {}
+        if pert.direction == "backward":
+            trigger["direction"] = "backward"
+        if pert.needs:
+            options = [(p, v) for p, vs in pert.needs.items() for v in vs if v in values.get(p, ())]
+            p, v = options[rng.integers(len(options))]
+            if trigger.get(p, v) != v:
+                continue
+            trigger[p] = v
+        again = arity > len(trigger) and rng.random() < 0.1
+        free = [p for p in PREDICATE_PARAMETERS if p not in trigger]
+        k = arity - len(trigger) - again
+        if k < 0:
             continue
-        if pert.direction == "forward" and plain.get("direction") == "backward":
-            continue  # a backward row is run forward too, but "direction: backward" never holds there
-        spec = Spec(tuple(trigger), pert.name)
-        if spec in seen:
+        for i in sorted(rng.choice(len(free), size=k, replace=False)):
+            trigger[free[i]] = values[free[i]][rng.integers(len(values[free[i]]))]
+        if pert.direction == "forward" and trigger.get("direction") == "backward":
+            continue  # a forward bug never fires where the trigger asks for the backward
+        order = {p: i for i, p in enumerate(PREDICATE_PARAMETERS)}
+        items = tuple(sorted(trigger.items(), key=lambda kv: order[kv[0]])) + ((AGAIN,) if again else ())
+        spec = Spec(items, pert.name)
+        if spec in seen or not admits(trigger):
             continue
         seen.add(spec)
-        needs = [dict(plain)] if not pert.needs else [{**plain, p: v} for p, vs in pert.needs.items() for v in vs]
-        if pert.direction == "backward":
-            needs = [{**nd, "direction": "backward"} for nd in needs]
-        if any(all(nd.get(p, v) == v for p, v in plain.items()) and admits(nd) for nd in needs):
-            out.append(spec)
+        out.append(spec)
     return out
-
-
-def arity_sizes(total: int, weights=(1, 2, 2)) -> list[int]:
-    """How many of ``total`` arity <= 2 mutants are arity 1 and 2 (kept proportional, 1:2)."""
-    a1 = math.floor(total * weights[0] / (weights[0] + weights[1]))
-    return [a1, total - a1]
