@@ -167,12 +167,16 @@ def concrete(row: dict[str, str], decl: Declaration, t: int, picks: dict[str, in
     eff = 1.0 / math.sqrt(z["Dk"]) if scale is None else abs(scale)
     magnitude = min(1.0, math.sqrt(2.0 / max(eff * math.sqrt(z["Dk"]), 1e-12)))
     rows = z["B"] * z["Hq"] * z["T"]
+    # M's ladder spans the range of the dtype the kernel computes in: float64 declared as float32 gets float32's
+    computed = "float32" if dtype == "float64" and decl.float64_computed_as == "float32" else dtype
     return Concrete(
         **z,
         scale=scale,
         dropout_p=nth([0.5, 0.75], "dropout") if r["dropout"] == "on" else 0.0,
         bias_sigma=nth(floats(0.25, 2.0, ("M", "small")), "additive M"),
-        neg_magnitudes=ladder(dtype, max(1, min(rows - 1, 8)), ("M", k("additive M", 0)), r["direction"] != "backward"),
+        neg_magnitudes=ladder(
+            computed, max(1, min(rows - 1, 8)), ("M", k("additive M", 0)), r["direction"] != "backward"
+        ),
         inf_fraction=nth(floats(0.2, 0.9, ("M", "-inf")), "additive M"),
         pattern_offset=k("mask content", 0) % len(MASK_PATTERNS),
         lead_tiles=nth([1, max(1, (z["S"] - 2) // TILE)], "mask content"),
