@@ -101,7 +101,7 @@ def witness(spec, profile: str) -> str:
     decl = Generated(spec).declaration
     defaults = covering.defaults_for(decl)
     plain = {p: v for p, v in spec.trigger if (p, v) != AGAIN}
-    needs = [plain] if not pert.needs else [{**plain, p: v} for p, vs in pert.needs.items() for v in vs]
+    needs = [plain] if not pert.needs else [{**alt, **plain} for alt in pert.needs]
     tried = 0
     for need in needs:
         if pert.direction == "backward":
@@ -120,7 +120,28 @@ def witness(spec, profile: str) -> str:
             except ClauseViolation:
                 shown = "; ".join(f"{p}: {v}" for p, v in row.items() if v != defaults[p])
                 return f"differs from the oracle on the row {shown} (seed {9000 + seed}): a coverage gap"
-    return f"did not differ from the oracle on the {tried} rows tried (its perturbation may not show with its trigger)"
+    why = _inert(spec, pert, decl, defaults)
+    return f"did not differ from the oracle on the {tried} rows tried" + (f": {why}" if why else "")
+
+
+def _inert(spec, pert, decl, defaults) -> str:
+    """Why a perturbation cannot change anything under its trigger, when the hiding table or the
+    perturbation itself says so (an equivalent mutant, not a coverage gap)."""
+    from conformance.harness.cases import pairs_hiding
+    from tests.generated_mutants import AGAIN
+
+    plain = {p: v for p, v in spec.trigger if (p, v) != AGAIN}
+    for item in pert.inert:
+        if item in plain.items():
+            return f"equivalent: {pert.name} changes nothing at {item[0]}: {item[1]}"
+    row = {**defaults, **plain}
+    hidden = pairs_hiding.predicted(row, decl, pert.direction)
+    for p in pert.acts_on:
+        for h in hidden.get((p, row[p]), []):
+            if h <= set(plain.items()):
+                by = " and ".join(f"{a}: {b}" for a, b in sorted(h))
+                return f"equivalent: {by} hides {p}, which {pert.name} changes (docs/case-space.md)"
+    return ""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -195,7 +216,12 @@ def _report(specs, results, args, wall: float) -> None:
         print(f"| {p} | {k} | {n} |")
     print("\nfirst failing clause: " + ", ".join(f"{c} {n}" for c, n in by_clause.most_common()))
     survivors = [(s, r) for s, r in zip(specs, results) if r["killed_by"] is None]
-    print(f"\n{len(survivors)} survivors" + (":" if survivors else ""))
+    inert = sum("equivalent:" in r["witness"] for _, r in survivors)
+    for a in sorted(by_arity):
+        k, n = by_arity[a]
+        m = n - sum("equivalent:" in r["witness"] for s, r in survivors if s.arity == a)
+        print(f"arity {a}: {k} of {m} mutants that can differ from the kernel killed ({100 * k / max(m, 1):.1f} %)")
+    print(f"\n{len(survivors)} survivors ({inert} equivalent by construction)" + (":" if survivors else ""))
     for s, r in survivors:
         print(f"- {s.name}: {r['witness']}")
 

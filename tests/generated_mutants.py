@@ -33,43 +33,54 @@ PREDICATE_PARAMETERS = tuple(p.name for p in PARAMETERS if p.name != "call")
 
 @dataclass(frozen=True)
 class Perturbation:
-    """One way to be wrong: ``direction`` it acts in, and the classes one of which a case needs for it
-    to change anything (``needs``: parameter -> values; empty: any case)."""
+    """One way to be wrong: ``direction`` it acts in, and what a case needs for it to change anything
+    (``needs``: alternatives, each the classes that must meet; empty: any case)."""
 
     name: str
     direction: str
-    needs: dict[str, tuple[str, ...]]
+    needs: tuple[dict[str, str], ...]
+    acts_on: tuple[str, ...] = ()  # the parameters whose content it changes (a value hiding one makes it inert)
+    inert: tuple[tuple[str, str], ...] = ()  # values under which it changes nothing by construction
+
+
+def _any(param: str, values: tuple[str, ...]) -> tuple[dict[str, str], ...]:
+    return tuple({param: v} for v in values)
+
+
+_WIDE_DV = tuple(
+    {"Dk": k, "Dv": dv} for k in ("128", "160", "256", "above 64, not a multiple of 32") for dv in ("= Dk", "> Dk")
+) + ({"Dk": "64", "Dv": "> Dk"},)  # Dv > 64
 
 
 _MASKS = ("[T,S]", "[B,1,1,S]", "[B,1,T,S]", "[1,H,T,S]", "[B,H,T,S]", "[S]", "[H,T,S]", "[B,H,T,S], stride 0 along H")
 PERTURBATIONS: tuple[Perturbation, ...] = (
-    Perturbation("scale off by 10 %", "forward", {}),
-    Perturbation("boolean mask dropped", "forward", {"mask form": _MASKS}),
-    Perturbation("mask read for the next head", "forward", {"mask form": ("[1,H,T,S]", "[B,H,T,S]", "[H,T,S]")}),
+    Perturbation("scale off by 10 %", "forward", (), ("scale",), (("scale", "zero"),)),
+    Perturbation("boolean mask dropped", "forward", _any("mask form", _MASKS)),
+    Perturbation("mask read for the next head", "forward", _any("mask form", ("[1,H,T,S]", "[B,H,T,S]", "[H,T,S]"))),
     Perturbation(
-        "mask read for the next batch item", "forward", {"mask form": ("[B,1,1,S]", "[B,1,T,S]", "[B,H,T,S]")}
+        "mask read for the next batch item", "forward", _any("mask form", ("[B,1,1,S]", "[B,1,T,S]", "[B,H,T,S]"))
     ),
     Perturbation(
-        "finite M dropped", "forward", {"additive M": ("finite small", "finite large negative on whole rows")}
+        "finite M dropped", "forward", _any("additive M", ("finite small", "finite large negative on whole rows"))
     ),
-    Perturbation("rows blocked entirely give the mean of V", "forward", {"mask content": ("rows blocked entirely",)}),
-    Perturbation("causal off by one (diagonal blocked)", "forward", {"causal": ("on",)}),
-    Perturbation("causal aligned bottom-right", "forward", {"causal": ("on",)}),
-    Perturbation("query heads mixed", "forward", {}),
-    Perturbation("batch items mixed", "forward", {"B": ("2", "5 or more", "equal to H")}),
-    Perturbation("precision lost (bfloat16 products)", "forward", {"dtype": ("float64", "float32")}),
-    Perturbation("last key dropped", "forward", {}),
-    Perturbation("keys past 256 dropped", "forward", {"S": ("long",)}),
-    Perturbation("last query row zeroed", "forward", {}),
     Perturbation(
-        "value columns past 64 zeroed", "forward", {"Dk": ("128", "160", "256", "above 64, not a multiple of 32")}
+        "rows blocked entirely give the mean of V", "forward", _any("mask content", ("rows blocked entirely",))
     ),
-    Perturbation("dropout not rescaled", "forward", {"dropout": ("on",)}),
-    Perturbation("dQ without the scale", "backward", {}),
-    Perturbation("dK doubled", "backward", {}),
-    Perturbation("softmax row term dropped", "backward", {}),
-    Perturbation("dV off by 10 %", "backward", {}),
-    Perturbation("backward ignores dropout", "backward", {"dropout": ("on",)}),
+    Perturbation("causal off by one (diagonal blocked)", "forward", _any("causal", ("on",))),
+    Perturbation("causal aligned bottom-right", "forward", _any("causal", ("on",))),
+    Perturbation("query heads mixed", "forward", (), ("Dk",)),  # Q's content: hidden where Dk is
+    Perturbation("batch items mixed", "forward", _any("B", ("2", "5 or more", "equal to H")), ("B",)),
+    Perturbation("precision lost (bfloat16 products)", "forward", _any("dtype", ("float64", "float32"))),
+    Perturbation("last key dropped", "forward", ()),
+    Perturbation("keys past 256 dropped", "forward", _any("S", ("long",))),
+    Perturbation("last query row zeroed", "forward", ()),
+    Perturbation("value columns past 64 zeroed", "forward", _WIDE_DV),
+    Perturbation("dropout not rescaled", "forward", _any("dropout", ("on",))),
+    Perturbation("dQ without the scale", "backward", ()),
+    Perturbation("dK doubled", "backward", ()),
+    Perturbation("softmax row term dropped", "backward", ()),
+    Perturbation("dV off by 10 %", "backward", ()),
+    Perturbation("backward ignores dropout", "backward", _any("dropout", ("on",))),
 )
 BY_NAME = {p.name: p for p in PERTURBATIONS}
 
@@ -291,11 +302,11 @@ def sample(n: int, arity: int, seed: int, values: dict[str, list[str]], admits: 
         if pert.direction == "backward":
             trigger["direction"] = "backward"
         if pert.needs:
-            options = [(p, v) for p, vs in pert.needs.items() for v in vs if v in values.get(p, ())]
-            p, v = options[rng.integers(len(options))]
-            if trigger.get(p, v) != v:
+            options = [alt for alt in pert.needs if all(v in values.get(p, ()) for p, v in alt.items())]
+            alt = options[rng.integers(len(options))]
+            if any(trigger.get(p, v) != v for p, v in alt.items()):
                 continue
-            trigger[p] = v
+            trigger.update(alt)
         again = arity > len(trigger) and rng.random() < 0.1
         free = [p for p in PREDICATE_PARAMETERS if p not in trigger]
         k = arity - len(trigger) - again

@@ -36,7 +36,7 @@ def _call(kernel, case, grad_out, direction):
 @pytest.mark.parametrize("pert", PERTURBATIONS, ids=[p.name for p in PERTURBATIONS])
 def test_every_perturbation_changes_the_answer_where_its_classes_allow(pert):
     defaults = covering.defaults_for(DECL)
-    needs = [{}] if not pert.needs else [{p: v} for p, vs in pert.needs.items() for v in vs]
+    needs = [{}] if not pert.needs else [dict(alt) for alt in pert.needs]
     for need in needs:
         if pert.direction == "backward":
             need = {**need, "direction": "backward"}
@@ -87,4 +87,4 @@ def test_the_sample_is_seeded_and_has_its_arity():
     for s in first:  # a backward bug's trigger holds the backward; a bug that needs a class holds one
         pert = next(p for p in PERTURBATIONS if p.name == s.perturbation)
         assert pert.direction == "forward" or ("direction", "backward") in s.trigger
-        assert not pert.needs or any((p, v) in s.trigger for p, vs in pert.needs.items() for v in vs)
+        assert not pert.needs or any(all(item in s.trigger for item in alt.items()) for alt in pert.needs)

@@ -65,6 +65,12 @@ RULES: tuple[Rule, ...] = (
         "every batch item (head) holds the same Q, K, V: a batch (head) mixed up reads the same numbers",
     ),
     Rule(
+        "mask content: leading keys blocked over a whole tile",
+        "both",
+        "the mask form (which axes it varies along)",
+        "every row of the mask is the same: a mask read for the wrong head or batch item reads the same row",
+    ),
+    Rule(
         "any row where every query sees one key, or none (in the case itself)",
         "both",
         "Dk, scale, a finite M; in the backward everything",
@@ -125,6 +131,8 @@ def predicted(row: dict[str, str], decl: Declaration, direction: str) -> Hidden:
         _hide(out, _pick(row, hides), hider)
         if direction == "backward":
             _hide(out, everything, hider)
+    if g("mask content") == LEADING_TILE and g("mask form") not in (None, "none", "[S]"):
+        _hide(out, [("mask form", g("mask form"))], [("mask content", LEADING_TILE)])  # the same row everywhere
     if g("scale") == "zero":
         _hide(out, _pick(row, {"Dk": None}), [("scale", "zero")])
         if direction == "backward":
@@ -192,6 +200,10 @@ def in_case(case: Case, how: Call, decl: Declaration, classes: dict[str, str]) -
         _hide(out, everything if not live.any() or backward else scores, h)
         if backward:
             _hide(out, everything, h)
+    if case.mask is not None and np.ndim(case.mask) > 1 and "mask form" in classes:
+        rows = np.asarray(case.mask).reshape(-1, case.S)
+        if (rows == rows[:1]).all():  # every row of the mask the same: which axes it has cannot show
+            _hide(out, [("mask form", classes["mask form"])], [("mask content", classes.get("mask content", ""))])
     if case.scale == 0:
         _hide(out, [(p, classes[p]) for p in ("Dk",) if p in classes], [("scale", "zero")])
         if backward:
