@@ -77,7 +77,7 @@ PERTURBATIONS: tuple[Perturbation, ...] = (
     Perturbation("value columns past 64 zeroed", "forward", _WIDE_DV),
     Perturbation("dropout not rescaled", "forward", _any("dropout", ("on",))),
     Perturbation("dQ without the scale", "backward", ()),
-    Perturbation("dK doubled", "backward", ()),
+    Perturbation("dK doubled", "backward", (), ("Dk",), (("scale", "zero"),)),  # dK carries the scale
     Perturbation("softmax row term dropped", "backward", ()),
     Perturbation("dV off by 10 %", "backward", ()),
     Perturbation("backward ignores dropout", "backward", _any("dropout", ("on",))),

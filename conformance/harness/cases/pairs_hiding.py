@@ -31,8 +31,6 @@ Item = tuple[str, str]  # (parameter, value)
 Hidden = dict[Item, list[frozenset[Item]]]  # a hidden value -> the sets of values that hide it
 FINITE_M = ("finite small", "finite large negative on whole rows")
 EVERYTHING = "everything else (in dQ and dK, which are zero)"
-_H_AXIS = ("[1,H,T,S]", "[B,H,T,S]", "[H,T,S]")
-_B_AXIS = ("[B,1,1,S]", "[B,1,T,S]", "[B,H,T,S]", "[B,H,T,S], stride 0 along H")
 
 
 @dataclass(frozen=True)
@@ -61,7 +59,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "layout: expanded",
         "both",
-        "B (expanded along B), or the heads (expanded along H, when B = 1), unless a mask or M varies along it",
+        "B (expanded along B), or the heads (expanded along H, when B = 1)",
         "every batch item (head) holds the same Q, K, V: a batch (head) mixed up reads the same numbers",
     ),
     Rule(
@@ -137,11 +135,10 @@ def predicted(row: dict[str, str], decl: Declaration, direction: str) -> Hidden:
         _hide(out, _pick(row, {"Dk": None}), [("scale", "zero")])
         if direction == "backward":
             _hide(out, everything, [("scale", "zero")])
-    if g("layout") == "expanded" and g("additive M", "none") == "none":
-        varies = g("mask content") != LEADING_TILE  # a leading tile is the same in every row of the mask
-        if g("B") not in (None, "1") and not (varies and g("mask form", "none") in _B_AXIS):
+    if g("layout") == "expanded":  # Q, K, V the same in every batch item (head): a mask or M varying does not help
+        if g("B") not in (None, "1"):
             _hide(out, _pick(row, {"B": None}), [("layout", "expanded")])
-        if g("B") == "1" and not (varies and g("mask form", "none") in _H_AXIS):
+        if g("B") == "1":
             _hide(out, _pick(row, {"heads": None}), [("layout", "expanded")])
     return out
 
@@ -208,12 +205,12 @@ def in_case(case: Case, how: Call, decl: Declaration, classes: dict[str, str]) -
         _hide(out, [(p, classes[p]) for p in ("Dk",) if p in classes], [("scale", "zero")])
         if backward:
             _hide(out, everything, [("scale", "zero")])
-    if case.bias is None:
-        arrays = [case.query, case.key, case.value] + ([case.mask] if case.mask is not None else [])
-        for axis, param in ((0, "B"), (1, "heads")):
-            n = case.B if axis == 0 else case.Hq
-            if n > 1 and param in classes and all(_constant_along(a, axis) for a in arrays):
-                _hide(out, [(param, classes[param])], [("layout", classes.get("layout", "expanded"))])
+    # a batch item (head) mixed up reads the same Q, K, V: what varies in a mask or M does not show it
+    arrays = [case.query, case.key, case.value]
+    for axis, param in ((0, "B"), (1, "heads")):
+        n = case.B if axis == 0 else case.Hq
+        if n > 1 and param in classes and all(_constant_along(a, axis) for a in arrays):
+            _hide(out, [(param, classes[param])], [("layout", classes.get("layout", "expanded"))])
     return out
 
 
