@@ -185,7 +185,9 @@ def main(argv: list[str] | None = None) -> int:
         results = []
         for i, s in enumerate(specs, 1):
             results.append(certify(s, args.profile))
-            print(f"  {i}/{len(specs)} {'killed' if results[-1]['killed_by'] else 'SURVIVED'}: {s.name}", flush=True)
+            r = results[-1]
+            how = f"by {r['killed_by']}" if r["killed_by"] else f"SURVIVED ({r['witness']})"
+            print(f"  {i}/{len(specs)} arity {s.arity} {s.perturbation}: {how}: {s.name}", flush=True)
     _report(specs, results, args, time.time() - t0)
     if args.json:
         with open(args.json, "w") as fh:
