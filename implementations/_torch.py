@@ -79,6 +79,16 @@ def qkv(case: Case, device: str = "cpu", requires_grad: bool = False):
     return tuple(to_torch(x, device, requires_grad) for x in (case.query, case.key, case.value))
 
 
+def mask_tensor(mask: np.ndarray, device: str = "cpu", invert: bool = False) -> torch.Tensor:
+    """A boolean mask (``~mask`` when ``invert``) as a torch tensor in its own rank, its stride-0 axes
+    still expanded: a user's ``mask[:, None].expand(B, H, T, S)`` reaches the kernel as that view (a
+    contiguous copy would test another input)."""
+    mask = np.asarray(mask, dtype=bool)
+    wide = [i for i, (n, s) in enumerate(zip(mask.shape, mask.strides)) if s == 0 and n > 1]
+    src = mask[tuple(slice(0, 1) if i in wide else slice(None) for i in range(mask.ndim))]
+    return to_torch(np.broadcast_to(~src if invert else src, mask.shape), device)
+
+
 def blocked_mask(case: Case, device: str = "cpu") -> torch.Tensor | None:
     """The case's mask in the suite's convention (True = blocked), as a torch bool tensor."""
     if case.mask is None:
@@ -132,8 +142,7 @@ def sdpa_kwargs(
             bias_dtype = torch.float32
         attn_mask = torch.from_numpy(np.ascontiguousarray(bias)).to(device=device, dtype=bias_dtype)
     elif mask is not None:
-        sent = ~mask if mask_sense == "attend" else mask
-        attn_mask = torch.from_numpy(np.ascontiguousarray(sent)).to(device)
+        attn_mask = mask_tensor(mask, device, invert=mask_sense == "attend")
     kwargs: dict[str, Any] = {
         "attn_mask": attn_mask,
         "dropout_p": float(case.dropout_p),

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from conformance.contract import Case, Declaration, capabilities
-from implementations._torch import manual_seed, qkv, to_numpy, to_torch
+from implementations._torch import manual_seed, mask_tensor, qkv, to_numpy, to_torch
 
 
 def scaled_dot_product_attention(
@@ -99,7 +99,7 @@ class TorchEagerAdapter:
         if case.is_causal:
             tri = np.triu(np.ones((case.T, case.S), dtype=bool), 1)
             blocked = tri if blocked is None else (blocked | tri)
-        return None if blocked is None else torch.from_numpy(np.ascontiguousarray(blocked))
+        return None if blocked is None else mask_tensor(blocked)
 
     def _run(self, case: Case, q, k, v):
         manual_seed(case.seed)

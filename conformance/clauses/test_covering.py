@@ -1,13 +1,17 @@
-"""Every admitted pair of configuration values reaches the kernel: covering arrays over the case space.
+"""Every admitted pair of configuration values reaches the kernel where it can show a bug: covering arrays.
 
 Faults that need two ordinary features to meet (a GQA ratio and a [1,H,T,S] mask, a transposed view
 and an additive M, Dv != Dk and causal) pass clauses that test each feature alone, and a drawn space
 gives no guarantee about pairs. The value-class table (``harness.cases.pairs_space``, docs/case-space.md)
 names the classes; ``harness.cases.covering`` builds, from the declaration alone, a covering array in which
-every admitted pair of classes (ci profile; every triple in thorough) is one row; each row is one small
-case (``harness.cases.pairs_cases``) compared with the float64 oracle under the error model, forward
-(COVER-PAIRS-01) and, where the kernel declares a backward, dQ/dK/dV (COVER-PAIRS-GRAD-02). The
-direction is itself a parameter, so the two clauses split the rows between them.
+every admitted pair of classes (ci profile; every triple in thorough) is one row in which no third value
+hides it (``harness.cases.pairs_hiding``: S = 1 makes dQ and dK zero whatever Dk is); each row is one
+small case whose classes take values across their ranges (``harness.cases.pairs_ranges``), compared with
+the float64 oracle under the error model, forward (COVER-PAIRS-01) and, where the kernel declares a
+backward, dQ/dK/dV (COVER-PAIRS-GRAD-02). A row with dropout is judged through the mask its seed
+replays (``harness.judge.dropout_replay``). A row "called again" runs right after its twin, a case of
+the same Q, K, V shapes whose other values differ (``pairs_cases.twin``), so a kernel that caches
+per shape answers one of the two with the other's; both are judged.
 
 All rows run even after one fails (so coverage is counted for every row the kernel took); the first
 failing row is then shrunk: each parameter in turn is reset to its default class, and the reset is kept
@@ -16,11 +20,15 @@ while the row still fails, so the report names the fewest non-default classes th
 
 from __future__ import annotations
 
+import numpy as np
+
+from conformance.contract import Case
 from conformance.harness.calls.guarded import GuardedAdapter
 from conformance.harness.cases import covering
-from conformance.harness.cases.pairs_cases import build, row_reasons
-from conformance.harness.cases.pairs_space import PARAMETERS
-from conformance.harness.judge import compare
+from conformance.harness.cases.pairs_cases import build_planned, build_twin, row_reasons
+from conformance.harness.cases.pairs_cases import twin as twin_of
+from conformance.harness.cases.pairs_space import PARAMETERS, Call
+from conformance.harness.judge import compare, dropout_replay
 from conformance.harness.run import pair_coverage
 from conformance.harness.spec.clause import Source, clause
 from conformance.harness.spec.report import ClauseViolation
@@ -33,7 +41,6 @@ FORMULA = Source(
 ENGINEERING = Source(
     "003", "工程实现", "验证时应固定 B、h、T_q、T_k、d、dtype、is_causal，分别检查输出容差、反向梯度、峰值显存和延迟。"
 )
-SEED = 7300
 PAIR_MUTANTS = [
     "pairs_gqa_mask_by_kv_head",
     "pairs_batch_eq_heads_mask_axis",
@@ -52,11 +59,17 @@ PAIR_MUTANTS = [
     "pairs_empty_row_several_tiles",
     "pairs_many_batches_big_head_dim",
     "pairs_tall_padding_ignored",
+    "escape_bias_threshold_1e6",  # a threshold inside the class "finite large negative"
+    "escape_dropout_gqa_value_head",  # dropout x GQA, judged on its own values
+    "escape_cache_causal_large_head_dim",  # a per-shape cache, forward (a row called again after its twin)
+    "escape_mask_3d_as_batch",  # a [H,T,S] mask
 ]
 GRAD_MUTANTS = [
     "pairs_grad_custom_scale",
     "pairs_grad_dv_gt_dk",
     "pairs_grad_bias_dropped",
+    "escape_grad_dq_head_dim_over_192",  # Dk = 256 x backward where no S = 1 hides it
+    "escape_cache_grad_scale_large_head_dim",  # a per-shape cache, backward
 ]
 
 
@@ -64,37 +77,57 @@ def _t() -> int:
     return max(pair_coverage.strengths())
 
 
-def _rows(impl: GuardedAdapter, direction: str) -> list[tuple[int, dict[str, str]]]:
+def _rows(impl: GuardedAdapter, direction: str) -> list[int]:
     """The rows a clause runs: every row forward (a backward row's output is checked too: "分别检查输出容差、
     反向梯度"), the backward rows backward."""
     rows = covering.plan(impl.declaration, _t()).rows
-    return [(i, r) for i, r in enumerate(rows) if direction == "forward" or r["direction"] == direction]
+    return [i for i, r in enumerate(rows) if direction == "forward" or r["direction"] == direction]
 
 
-def _run(impl: GuardedAdapter, row: dict[str, str], seed: int, direction: str) -> None:
-    """One row as one case through the error model; records the classes that reached the kernel."""
-    case, grad_out = build(row, impl.declaration, seed)
+def _judge(impl: GuardedAdapter, case: Case, grad_out: np.ndarray | None, direction: str) -> None:
+    dropout = case.dropout_p > 0
+    if direction == "forward":
+        (dropout_replay if dropout else compare).assert_output_matches(impl, case)
+    else:
+        (dropout_replay if dropout else compare).assert_vjp_matches(impl, case, grad_out)
+
+
+def _run(impl: GuardedAdapter, i: int, row: dict[str, str], direction: str) -> None:
+    """Row ``i`` (as planned, or a shrunk ``row``) as one case through the error model, after its twin
+    when it is called again; records the classes that reached the kernel."""
+    plan = covering.plan(impl.declaration, _t())
+    picks, seed = plan.picks[i], plan.seeds[i]
+    if row["call"] == "again":
+        twin, twin_grad = build_twin(row, impl.declaration, seed, picks, _t())
+        impl.require(twin)
+        try:
+            _judge(impl, twin, twin_grad, direction)
+        except ClauseViolation as exc:
+            text = str(exc).removesuffix(f"\n  case: {exc.case.describe()}") if exc.case is not None else str(exc)
+            msg = f"the twin called right before this row (same Q, K, V shapes, other values) fails:\n  {text}"
+            again = type(exc)(msg, exc.case)
+            again.twin = {**twin_of(impl.declaration, row, _t(), plan.defaults), "direction": direction}
+            raise again from None
+    case, grad_out = build_planned(row, impl.declaration, seed, picks, _t())
     impl.require(case)  # never rejects: the plan holds only rows the declaration admits
     before = impl.cases_run
     try:
-        if direction == "forward":
-            compare.assert_output_matches(impl, case)
-        else:
-            compare.assert_vjp_matches(impl, case, grad_out)
+        _judge(impl, case, grad_out, direction)
     finally:
         if impl.cases_run > before:  # the guarded call returned: the case reached the kernel
-            pair_coverage.record(impl, case, direction, {**row, "direction": direction})
+            how = Call(direction, row["call"])
+            pair_coverage.record(impl, case, how, {**row, "direction": direction})
 
 
-def _fails(impl: GuardedAdapter, row: dict[str, str], seed: int, direction: str) -> ClauseViolation | None:
+def _fails(impl: GuardedAdapter, i: int, row: dict[str, str], direction: str) -> ClauseViolation | None:
     try:
-        _run(impl, row, seed, direction)
+        _run(impl, i, row, direction)
     except ClauseViolation as exc:
         return exc
     return None
 
 
-def _shrink(impl: GuardedAdapter, row: dict[str, str], seed: int, exc: ClauseViolation, direction: str):
+def _shrink(impl: GuardedAdapter, i: int, row: dict[str, str], exc: ClauseViolation, direction: str):
     """Reset one parameter at a time to its default class; keep each reset under which the row still fails."""
     plan = covering.plan(impl.declaration, _t())
     changed = True
@@ -102,12 +135,12 @@ def _shrink(impl: GuardedAdapter, row: dict[str, str], seed: int, exc: ClauseVio
         changed = False
         for p in PARAMETERS:
             default = plan.defaults[p.name]
-            if row[p.name] == default or p.name == "direction":
-                continue
+            if row[p.name] == default or p.name in ("direction", "call"):
+                continue  # "call" stays: a kernel's state makes a reset of it read as still failing
             cand = {**row, p.name: default}
             if row_reasons(impl.declaration, cand, _t(), plan.defaults):
                 continue
-            again = _fails(impl, cand, seed, direction)
+            again = _fails(impl, i, cand, direction)
             if again is not None:
                 row, exc, changed = cand, again, True
     return row, exc
@@ -117,16 +150,22 @@ def _check_rows(impl: GuardedAdapter, direction: str) -> None:
     rows = _rows(impl, direction)
     if not rows:
         impl.not_applicable(f"the covering array has no {direction} row for this declaration")
+    plan = covering.plan(impl.declaration, _t())
     failed = []
-    for i, row in rows:
-        exc = _fails(impl, row, SEED + i, direction)
+    for i in rows:
+        exc = _fails(impl, i, plan.rows[i], direction)
         if exc is not None:
-            failed.append((i, row, exc))
+            failed.append((i, plan.rows[i], exc))
     if not failed:
         return
     i, row, exc = failed[0]
-    shrunk, last = _shrink(impl, row, SEED + i, exc, direction)
-    defaults = covering.plan(impl.declaration, _t()).defaults
+    twin = getattr(exc, "twin", None)
+    if twin is not None:  # the twin failed: shrink it as a row of its own, where it fails alone
+        row = twin
+        alone = _fails(impl, i, row, direction)
+        exc = alone or exc
+    shrunk, last = _shrink(impl, i, row, exc, direction) if twin is None or alone is not None else (row, exc)
+    defaults = plan.defaults
 
     def show(r: dict[str, str]) -> str:
         return (
@@ -151,8 +190,9 @@ def _check_rows(impl: GuardedAdapter, direction: str) -> None:
 @clause(
     "COVER-PAIRS-01",
     "every admitted pair of value classes (B, heads and GQA ratio, T, S, Dk, Dv, mask form and content, additive M, "
-    "causal, scale, memory layout, dtype) meets in some case whose output agrees with the float64 oracle "
-    "(t = 2 in the ci profile, t = 3 in thorough)",
+    "causal, scale, dropout, memory layout, dtype, called again after a twin of the same shapes) meets in some case "
+    "in which no third value hides it, with each class across its range, and the output agrees with the float64 "
+    "oracle (through the replayed mask under dropout; t = 2 in the ci profile, t = 3 in thorough)",
     FORMULA,
     kills=PAIR_MUTANTS,
 )
@@ -162,7 +202,8 @@ def test_covering_forward(impl):
 
 @clause(
     "COVER-PAIRS-GRAD-02",
-    "every admitted pair of value classes meets the backward in some case whose dQ, dK, dV agree with the oracle's VJP",
+    "every admitted pair of value classes meets the backward in some case in which no third value hides it (not S = 1, "
+    "scale 0, or rows that see one key: dQ and dK are zero there), and its dQ, dK, dV agree with the oracle's VJP",
     ENGINEERING,
     requires=["grad"],
     kills=GRAD_MUTANTS,

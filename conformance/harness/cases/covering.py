@@ -1,18 +1,22 @@
-"""Covering arrays over the value-class table: every admitted t-tuple of values in some row.
+"""Covering arrays over the value-class table: every admitted t-tuple of values in some row where it shows.
 
 Why written here and not taken from PyPI: the one maintained pure-Python library (allpairspy) builds
 pairs only (t = 2) and takes constraints as a filter over a row prefix, with no way to say *why* a
-tuple was left out; the suite must list every excluded tuple with its reason and needs t = 3 for the
-thorough profile. The generator is the one-row-at-a-time greedy of AETG / PICT, made deterministic
-(no random candidates): each row starts from the first still-uncovered tuple and gives every other
-parameter, in table order, the admitted value that covers most uncovered tuples together with the
-values already in the row (ties: the value listed first, so defaults win). For the table of
-``harness.cases.pairs_space`` it builds ~60-70 rows for t = 2, about what IPOG gives.
+tuple was left out; the suite must list every excluded tuple with its reason, needs t = 3 for the
+thorough profile, and must credit a tuple only in a row where no third value hides it
+(``harness.cases.pairs_hiding``). The generator is the one-row-at-a-time greedy of AETG / PICT, made
+deterministic: each row starts from the first tuple not yet shown and gives every other parameter,
+in table order, the admitted value under which most tuples not yet shown become observable (ties:
+the value listed first, so defaults win), never one that hides a value of the row's first tuple.
+The finished row is then built as its case (each class at its k-th candidate,
+``harness.cases.pairs_ranges``) and the tuples observable *in that case* (``pairs_hiding.in_case``)
+are what it covers; a case that hides more than the rules foresaw is rebuilt with other draws.
 
-A tuple is *admitted* when some row containing it is a case the declaration takes
-(``harness.cases.pairs_cases.row_reasons``); otherwise it is *excluded* with the reasons. A plan is a pure
-function of the declaration and t (cached per process), so every pytest-xdist worker and the
-controlling process that writes the summary compute the same one.
+A tuple is *admitted* when some row of classes containing it is a case the declaration takes and
+shows it (``harness.cases.admission``); otherwise it is *excluded* with the reasons. A plan is a pure
+function of the declaration, t and the profile (cached per process and on disk,
+``harness.cases.plan_cache``), so every pytest-xdist worker and the controlling process that writes
+the summary compute the same one.
 """
 
 from __future__ import annotations
@@ -22,31 +26,29 @@ import itertools
 from dataclasses import dataclass, field
 
 from conformance.contract import DTYPES, Declaration
-from conformance.harness.cases.pairs_cases import row_reasons
-from conformance.harness.cases.pairs_space import CONSTRAINTS, DEFAULTS, PARAMETERS, violated
+from conformance.harness.cases import pairs_hiding, pairs_ranges, plan_cache
+from conformance.harness.cases.admission import ORDER, Tuple, admit, complete
+from conformance.harness.cases.pairs_cases import build_planned, row_reasons
+from conformance.harness.cases.pairs_space import DEFAULTS, PARAMETERS, reached_values
+from conformance.harness.cases.pairs_tuples import (
+    observable_tuples,
+    records_of,
+    tuples_of,
+)
 
-ORDER = {p.name: i for i, p in enumerate(PARAMETERS)}
-JOIN = " \u00d7 "  # " × " between the values of a tuple, each "parameter: value"
-Tuple = tuple[tuple[str, str], ...]  # ((parameter, value), ...) in table order
-
-
-def name(tup: Tuple) -> str:
-    """``"heads: 8:1 × mask form: [B,1,T,S]"``: the tuple as the summary and the certificate show it."""
-    return JOIN.join(f"{p}: {v}" for p, v in tup)
-
-
-def tuples_of(row: dict[str, str], t: int) -> list[Tuple]:
-    items = sorted(row.items(), key=lambda kv: ORDER[kv[0]])
-    return [tuple(c) for c in itertools.combinations(items, t)]
+SEED = 7300  # row i of a plan is built from SEED + i (a rebuilt row: + 1000 per retry)
+RETRIES = 3
 
 
 @dataclass
 class Plan:
-    """The rows of one adapter's covering array, and what it admits and excludes."""
+    """The rows of one adapter's covering array, how each is built, and what it admits and excludes."""
 
     t: int
     defaults: dict[str, str]
     rows: list[dict[str, str]] = field(default_factory=list)
+    picks: list[dict[str, int]] = field(default_factory=list)  # row i: parameter -> k (its class's k-th candidate)
+    seeds: list[int] = field(default_factory=list)  # row i is built from seeds[i]
     admitted: list[Tuple] = field(default_factory=list)
     excluded: dict[Tuple, str] = field(default_factory=dict)  # tuple -> reason
     excluded_values: dict[tuple[str, str], str] = field(default_factory=dict)  # (parameter, value) -> reason
@@ -58,72 +60,32 @@ def defaults_for(decl: Declaration) -> dict[str, str]:
     return {**DEFAULTS, "dtype": dtype}
 
 
-_CONSTRAINED = {name for c in CONSTRAINTS for name in c.params}
-_CONSTRAINED_FIRST = sorted(PARAMETERS, key=lambda p: p.name not in _CONSTRAINED)
-
-
-def _complete(decl: Declaration, start: dict[str, str], t: int, defaults: dict[str, str]):
-    """(``start`` extended to a whole admitted row, None) or (None, the reasons met deepest in the search).
-
-    Missing parameters are tried in table order, those that constraints name first (a dead end shows
-    early), values in listed order, depth-first with backtracking (a bounded number of checks)."""
-    missing = [p for p in _CONSTRAINED_FIRST if p.name not in start]
-    budget = [3000]
-    deepest: list = [-1, row_reasons(decl, {**defaults, **start}, t, defaults)]
-
-    def extend(row: dict[str, str], i: int) -> dict[str, str] | None:
-        if i == len(missing):
-            return row
-        for v in missing[i].values:
-            budget[0] -= 1
-            if budget[0] < 0:
-                return None
-            cand = {**row, missing[i].name: v.name}
-            why = row_reasons(decl, cand, t, defaults)
-            if why and i >= deepest[0]:
-                deepest[:] = [i, why]
-            if not why:
-                done = extend(cand, i + 1)
-                if done is not None:
-                    return done
-        return None
-
-    row = extend(dict(start), 0)
-    return (row, None) if row is not None else (None, deepest[1])
-
-
-def _admit(decl: Declaration, start: dict[str, str], t: int, defaults: dict[str, str]) -> str | None:
-    """None when some admitted row holds ``start`` (first try: every other parameter at its default),
-    else why not."""
-    if not row_reasons(decl, {**defaults, **start}, t, defaults):
-        return None
-    own = violated(start)  # a constraint between the values themselves: no other parameter can help
-    if own:
-        return "; ".join(own)
-    for p in _CONSTRAINED_FIRST:  # one other parameter off its default is usually enough
-        if p.name not in start:
-            for v in p.values[1:]:
-                if not row_reasons(decl, {**defaults, **start, p.name: v.name}, t, defaults):
-                    return None
-    row, deepest = _complete(decl, start, t, defaults)
-    if row is not None:
-        return None
-    first = row_reasons(decl, {**defaults, **start}, t, defaults)
-    if deepest and deepest != first:  # the defaults' conflict, and what stopped every other completion
-        return "; ".join(first) + "; and with other values: " + "; ".join(deepest)
-    return "; ".join(first or ["no admitted row found"])
-
-
 @functools.lru_cache(maxsize=64)
 def plan(decl: Declaration, t: int = 2) -> Plan:
-    """The covering array of strength ``t`` for ``decl`` (deterministic; cached)."""
+    """The covering array of strength ``t`` for ``decl`` (deterministic; cached in the process and on
+    disk, ``harness.cases.plan_cache``)."""
+    k = plan_cache.key(decl, t, pairs_ranges.draws())
+    known = plan_cache.load(k)
+    if known is not None:
+        try:
+            return Plan(**plan_cache.decode(known))
+        except (KeyError, TypeError, ValueError):
+            pass
+    out = build_plan(decl, t)
+    plan_cache.store(k, plan_cache.encode(out))
+    return out
+
+
+def build_plan(decl: Declaration, t: int = 2) -> Plan:
+    """The covering array of strength ``t`` for ``decl``, built (no cache)."""
     defaults = defaults_for(decl)
     out = Plan(t=t, defaults=defaults)
     values: dict[str, list[str]] = {}
+    witness: dict[tuple[str, str], dict[str, str]] = {}  # a value -> a whole admitted row that holds it
     for p in PARAMETERS:
         values[p.name] = []
         for v in p.values:
-            why = _admit(decl, {p.name: v.name}, t, defaults)
+            why = admit(decl, {p.name: v.name}, t, defaults, witness)
             if why:
                 out.excluded_values[(p.name, v.name)] = why
             else:
@@ -135,29 +97,80 @@ def plan(decl: Declaration, t: int = 2) -> Plan:
         for combo in itertools.product(*(values[p] for p in params)):
             tup = tuple(zip(params, combo))
             why = next((lower[sub] for sub in itertools.combinations(tup, t - 1) if sub in lower), None)
-            why = why or _admit(decl, dict(tup), t, defaults)
+            why = why or admit(decl, dict(tup), t, defaults, witness)
             if why:
                 out.excluded[tup] = why
             else:
                 out.admitted.append(tup)
+    _fill(decl, out, values, t, defaults)
+    return out
+
+
+def _fill(decl: Declaration, out: Plan, values, t: int, defaults: dict[str, str]) -> None:
+    """Rows until every admitted tuple is shown by one (or excluded, with why no built row showed it)."""
     uncovered = dict.fromkeys(out.admitted)  # insertion-ordered set
+    uses: dict[tuple[str, str], int] = {}
+    missed: dict[Tuple, int] = {}
     while uncovered:
         seed = next(iter(uncovered))
         row = _grow(decl, dict(seed), values, uncovered, t, defaults)
         if row is None:  # admitted by some completion, but not by the greedy one: complete it plainly
-            row = _complete(decl, dict(seed), t, defaults)[0]
-        if row is None:
-            out.excluded[seed] = "no admitted row found for it"
-            out.admitted.remove(seed)
+            row = complete(decl, dict(seed), t, defaults)[0]
+        shown: set[Tuple] = set()
+        if row is not None:
+            picks = {p: uses.get((p, v), 0) for p, v in row.items()}
+            shown, build_seed = _shown(decl, row, picks, len(out.rows), t)
+        new = shown & uncovered.keys()
+        if row is not None and new:
+            out.rows.append(row)
+            out.picks.append(picks)
+            out.seeds.append(build_seed)
+            for item in row.items():
+                uses[item] = uses.get(item, 0) + 1
+            for tup in new:
+                del uncovered[tup]
+        if seed in uncovered:  # its row did not show it: try once more from the back of the queue, then exclude
+            missed[seed] = missed.get(seed, 0) + 1
             del uncovered[seed]
-            continue
-        out.rows.append(row)
-        for tup in tuples_of(row, t):
-            uncovered.pop(tup, None)
-    return out
+            if missed[seed] < 2:
+                uncovered[seed] = None
+            else:
+                why = "no row built for it shows it"
+                if row is not None:
+                    why += ": " + "; ".join(_why_hidden(decl, row, picks, build_seed, seed))
+                out.excluded[seed] = why
+                out.admitted.remove(seed)
+
+
+def _shown(decl: Declaration, row: dict[str, str], picks: dict[str, int], i: int, t: int) -> tuple[set[Tuple], int]:
+    """The tuples the case of ``row`` shows, and its seed: rebuilt with other draws (up to ``RETRIES``
+    times) while the case hides a tuple the rules say it shows."""
+    foreseen = observable_tuples(records_of(row), t, lambda how, c: pairs_hiding.predicted(c, decl, how.direction))
+    best: tuple[set[Tuple], int] = (set(), SEED + i)
+    for attempt in range(RETRIES):
+        seed = SEED + i + 1000 * attempt
+        case, _ = build_planned(row, decl, seed, picks, t)
+        records = [(how, reached_values(case, how, c)) for how, c in records_of(row)]  # what the clause records
+        shown = observable_tuples(records, t, lambda how, c, case=case: pairs_hiding.in_case(case, how, decl, c))
+        if len(shown) > len(best[0]):
+            best = (shown, seed)
+        if foreseen <= shown:
+            break
+    return best
+
+
+def _why_hidden(decl, row, picks, seed, tup) -> list[str]:
+    case, _ = build_planned(row, decl, seed, picks, 2)
+    out = []
+    for how, classes in records_of(row):
+        hidden = pairs_hiding.in_case(case, how, decl, classes)
+        out += pairs_hiding.describe({e: h for e, h in hidden.items() if e in tup})
+    return sorted(set(out)) or ["the rules hide it"]
 
 
 def _grow(decl, row, values, uncovered, t, defaults) -> dict[str, str] | None:
+    """The row that starts from the tuple ``row`` and shows most uncovered tuples (by the rules)."""
+    start = dict(row)
     for p in PARAMETERS:
         if p.name in row:
             continue
@@ -166,13 +179,25 @@ def _grow(decl, row, values, uncovered, t, defaults) -> dict[str, str] | None:
             (others, sum(ORDER[q] < ORDER[p.name] for q, _ in others))
             for others in itertools.combinations(assigned, t - 1)
         ]
-        best, best_gain = None, -1
+        before = _gain_view(decl, row)
+        base = None
+        best, best_gain = None, None
         for v in values[p.name]:
-            if row_reasons(decl, {**row, p.name: v}, t, defaults):
+            cand = {**row, p.name: v}
+            if row_reasons(decl, cand, t, defaults):
                 continue
+            after = _gain_view(decl, cand)
+            if not all(pairs_hiding.observable(tuple(start.items()), h) for h in after.values()):
+                continue  # never hide a value of the row's first tuple
             item = ((p.name, v),)
-            gain = sum((others[:k] + item + others[k:]) in uncovered for others, k in groups)
-            if gain > best_gain:
+            new = [others[:k] + item + others[k:] for others, k in groups]
+            if _same_hiding(before, after, row):
+                gain = sum(tup in uncovered and _obs(tup, after) for tup in new)
+            else:  # the value hides (or reveals) values already in the row: count the row again
+                if base is None:
+                    base = _count(before, row, t, uncovered)
+                gain = _count(after, cand, t, uncovered) - base
+            if best_gain is None or gain > best_gain:
                 best, best_gain = v, gain
         if best is None:
             return None
@@ -180,6 +205,27 @@ def _grow(decl, row, values, uncovered, t, defaults) -> dict[str, str] | None:
     return row
 
 
-def reached(record: dict[str, str], t: int) -> list[str]:
-    """The names of the t-tuples a case in the value classes ``record`` reaches."""
-    return [name(tup) for tup in tuples_of(record, t)]
+def _gain_view(decl, row) -> dict[str, pairs_hiding.Hidden]:
+    """The hidden values of each call the (partial) row makes, by the rules."""
+    out = {"forward": pairs_hiding.predicted(row, decl, "forward")}
+    if row.get("direction") == "backward":
+        out["backward"] = pairs_hiding.predicted(row, decl, "backward")
+    return out
+
+
+def _same_hiding(before, after, row) -> bool:
+    return all(
+        {e: h for e, h in after.get(d, {}).items() if e in row.items()}
+        == {e: h for e, h in hs.items() if e in row.items()}
+        for d, hs in before.items()
+    ) and set(after) == set(before)
+
+
+def _obs(tup: Tuple, view) -> bool:
+    """Observable in the call its direction makes (a tuple without a direction: in the forward)."""
+    direction = dict(tup).get("direction", "forward")
+    return pairs_hiding.observable(tup, view.get(direction, view["forward"]))
+
+
+def _count(view, row, t, uncovered) -> int:
+    return sum(tup in uncovered and _obs(tup, view) for tup in tuples_of(row, t))

@@ -1,13 +1,24 @@
 """A row of the covering array (parameter -> value class) as one concrete case, and why a row cannot be one.
 
-Each class is built at the smallest size that is in it (``SIZES``), so a row of the ci profile costs
-milliseconds: keys "past a tile" are 33 (``harness.cases.space.TAIL_LENGTHS``), "several tiles" 129,
-"long" 300. Whether a declaration admits a row is asked of the declaration itself
+Each class takes a member of its range (``harness.cases.pairs_ranges``: the extremes and seeded
+draws; ``harness.cases.pairs_draws``: the k-th row holding a class takes its k-th candidate);
+whether a declaration admits a row is decided on the row's smallest members. It is asked of the
+declaration itself
 (``Declaration.not_supported_reasons`` on a shape-only probe of the row's case), plus the suite's
 own rules: the constraints between values (``harness.cases.pairs_space.CONSTRAINTS``), rows blocked
 entirely where the declaration defines no fill (``strategies.empty_rows_allowed``), the backward
-only where ``grad`` is declared, and a cost budget per profile (a row above it is listed as excluded
-by cost, never dropped silently).
+only where ``grad`` is declared, a row that is "called again" only where it has a twin (below), and
+a cost budget per profile (a row above it is listed as excluded by cost, never dropped silently).
+
+A row whose ``call`` is "again" runs right after its *twin*: a case of the same Q, K, V shapes and
+dtype (what a kernel's per-shape cache is keyed by) whose other values (mask form and content, M,
+causal, scale, layout; dropout only turned off) all differ where the declaration admits it
+(:func:`twin`), so a kernel that caches anything else per shape answers one of the two with the
+other's.
+
+Longer than 250 lines because it is the one place where classes become arrays: the probe, the
+admission rules, and the builders of masks (every form and content), M (every class), layouts and
+twins, which share the row's sizes and draws.
 """
 
 from __future__ import annotations
@@ -18,41 +29,28 @@ import numpy as np
 
 from conformance.contract import Case, Declaration, np_dtype
 from conformance.harness.cases import drawn_arrays
-from conformance.harness.cases.build import cast, random_mask, rng_for
-from conformance.harness.cases.pairs_space import DEFAULTS, LARGE_NEGATIVE, PARAMETERS, TILE, violated
+from conformance.harness.cases.build import cast, rng_for
+from conformance.harness.cases.pairs_draws import BUDGET, DROPOUT_BUDGET, SCORES, concrete, smallest
+from conformance.harness.cases.pairs_ranges import MASK_PATTERNS, Concrete
+from conformance.harness.cases.pairs_space import (
+    BY_NAME,
+    DEFAULTS,
+    EXPANDED_MASK,
+    LEADING_TILE,
+    NON_SHAPE_PARAMETERS,
+    PARAMETERS,
+    TILE,
+    violated,
+)
 from conformance.harness.cases.strategies import empty_rows_allowed
 
-B_SIZE = {"1": 1, "2": 2, "5 or more": 5}
-HEADS = {"1:1": (2, 2), "2:1": (4, 2), "3:1": (3, 1), "8:1": (8, 1), "more than 16 heads": (17, 17)}
-S_SIZE = {"< 16": 6, "1": 1, "a tile tail": TILE + 1, "several tiles": 4 * TILE + 1, "long": 300}
-DK = {
-    "8": 8,
-    "1": 1,
-    "not a multiple of 8": 5,
-    "64": 64,
-    "above 64, not a multiple of 32": 80,
-    "128": 128,
-    "160": 160,
-    "256": 256,
-}
-SCALE = {"default": None, "custom": 0.3, "negative": -0.5, "zero": 0.0}
+SCALE = {"default": None, "custom": 0.3, "negative": -0.5, "zero": 0.0}  # the probe's scales (any member will do)
 DROPOUT_P = 0.5
-# B * Hq * T * S * (Dk + Dv) of a row: the oracle's and the kernel's work; t = 2 fits every pair under it.
-BUDGET = {2: 3_000_000, 3: 20_000_000}
-# B * Hq * T * S: what the masks, M, the softmax and the oracle's cache keys (a hash of every input) scale with.
-SCORES = {2: 200_000, 3: 1_000_000}
 
 
 def sizes(row: dict[str, str]) -> dict[str, int]:
-    """B, Hq, Hkv, T, S, Dk, Dv of ``row`` (missing parameters take their defaults)."""
-    r = {**DEFAULTS, **row}
-    hq, hkv = HEADS[r["heads"]]
-    S = S_SIZE[r["S"]]
-    T = {"< S": min(2, S - 1), "1": 1, "= S": S, "> S": S + 1, "odd": 5, "past a tile": TILE + 1}[r["T"]]
-    dk = DK[r["Dk"]]
-    dv = {"= Dk": dk, "< Dk": max(1, dk // 2), "> Dk": dk + 8}[r["Dv"]]
-    B = hq if r["B"] == "equal to H" else B_SIZE[r["B"]]
-    return dict(B=B, Hq=hq, Hkv=hkv, T=max(T, 1), S=S, Dk=dk, Dv=dv)
+    """B, Hq, Hkv, T, S, Dk, Dv of ``row`` at its classes' smallest members (missing: the defaults)."""
+    return smallest(row)
 
 
 def cost(row: dict[str, str]) -> int:
@@ -81,12 +79,21 @@ def _probe(r: dict[str, str], z: dict[str, int]) -> Case:
     )
 
 
+_PROBED = ("dtype", "mask form", "additive M", "causal", "scale", "dropout")
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _unsupported(decl: Declaration, values: tuple, z: tuple) -> list[str]:
+    """``decl.not_supported_reasons`` of the row's probe (it depends on these values and sizes only)."""
+    return decl.not_supported_reasons(_probe(dict(zip(_PROBED, values)), dict(z)))
+
+
 def _meant_empty_rows(r: dict[str, str], decl: Declaration, z: dict[str, int]) -> bool:
     causal = r["causal"] == "on"
     return (
         r["mask content"] == "rows blocked entirely"
         or r["additive M"] == "-inf on whole rows"
-        or (causal and r["mask content"] == "leading keys blocked over a whole tile")
+        or (causal and r["mask content"] == LEADING_TILE)
         or (causal and decl.causal_alignment == "bottom-right" and z["T"] > z["S"])
     )
 
@@ -105,19 +112,23 @@ def _row_reasons(decl: Declaration, items: tuple, t: int, defaults: tuple) -> tu
     row = dict(items)
     r = {**dict(defaults), **row}
     reasons = violated(row)
-    z = sizes(r)
-    reasons += decl.not_supported_reasons(_probe(r, z))
+    z = smallest(r, decl, t)
+    reasons += _unsupported(decl, tuple(r[p] for p in _PROBED), tuple(z.items()))
     if r["direction"] == "backward" and not decl.grad:
         reasons.append("declares grad=False")
     has_mask, has_bias, causal = r["mask form"] != "none", r["additive M"] != "none", r["causal"] == "on"
     grad = r["direction"] == "backward"
-    if _meant_empty_rows(r, decl, z) and not empty_rows_allowed(
-        decl, has_mask=has_mask, has_bias=has_bias, is_causal=causal, grad=grad
-    ):
+    empty = _meant_empty_rows(r, decl, z)
+    if empty and not empty_rows_allowed(decl, has_mask=has_mask, has_bias=has_bias, is_causal=causal, grad=grad):
         reasons.append(
             "rows blocked entirely, with this combination of masks / causal / backward, have no fill this "
             f"declaration defines (all_blocked={decl.all_blocked}, "
             f"all_blocked_float_mask={decl.all_blocked_float_mask})"
+        )
+    if r["dropout"] == "on" and empty and decl.all_blocked_float_mask not in (None, decl.all_blocked):
+        reasons.append(
+            "with dropout a row blocked entirely is judged as its lifted boolean mask's row, whose fill this "
+            "declaration defines apart from an -inf row's"
         )
     scores = z["B"] * z["Hq"] * z["T"] * z["S"]
     work = scores * (z["Dk"] + z["Dv"])
@@ -125,51 +136,112 @@ def _row_reasons(decl: Declaration, items: tuple, t: int, defaults: tuple) -> tu
         reasons.append(f"cost: B*H*T*S*(Dk+Dv) = {work:,} above this profile's row budget {BUDGET[t]:,}")
     if scores > SCORES[t]:
         reasons.append(f"cost: B*H*T*S = {scores:,} scores above this profile's row budget {SCORES[t]:,}")
+    if r["dropout"] == "on" and work > DROPOUT_BUDGET:
+        reasons.append(f"cost: a dropout row is judged per query row; B*H*T*S*(Dk+Dv) = {work:,} > {DROPOUT_BUDGET:,}")
+    if r["call"] == "again" and not reasons and _twin(decl, items, t, defaults) is None:
+        reasons.append("no twin: no other value of a non-shape parameter is admitted with these shapes")
     return tuple(reasons)
 
 
-def _mask(r: dict[str, str], shape: tuple[int, ...], seed: int) -> np.ndarray:
-    m = random_mask(seed, shape, p_blocked=0.3)
-    S = shape[-1]
-    if r["mask content"] == "leading keys blocked over a whole tile":
-        m = np.zeros(shape, dtype=bool)
-        m[..., : 1 << (S - 1).bit_length() - 1] = True  # the largest power of two below S (>= 32 here)
-    elif r["mask content"] == "rows blocked entirely":
-        m.reshape(-1, S)[0] = True
+def twin(decl: Declaration, row: dict[str, str], t: int = 2, defaults: dict[str, str] | None = None):
+    """The row a "called again" row runs after: its shape classes and dtype, every other value changed to
+    the next one the declaration admits (dropout only turned off), called first. None when none can change."""
+    found = _twin(decl, tuple(sorted(row.items())), t, tuple(sorted((defaults or DEFAULTS).items())))
+    return None if found is None else dict(found)
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _twin(decl: Declaration, items: tuple, t: int, defaults: tuple) -> tuple | None:
+    r = {**dict(defaults), **dict(items), "call": "first"}
+    changed = 0
+    for name in NON_SHAPE_PARAMETERS:
+        if name == "dtype":  # a per-shape cache is keyed by the dtype too (STATE-DTYPE-03 crosses dtypes)
+            continue
+        names = [v.name for v in BY_NAME[name].values]
+        i = names.index(r[name])
+        others = names[i + 1 :] + names[:i]
+        if name == "dropout":
+            others = ["off"] if r[name] == "on" else []
+        for v in others:
+            cand = {**r, name: v}
+            if not _row_reasons(decl, tuple(sorted(cand.items())), t, defaults):
+                r, changed = cand, changed + 1
+                break
+    return tuple(sorted(r.items())) if changed else None
+
+
+# -- building --------------------------------------------------------------------------------------
+def _mask_rows(n_rows: int, S: int, offset: int, rng: np.random.Generator) -> np.ndarray:
+    """``n_rows`` rows of "some keys blocked", row i in pattern ``MASK_PATTERNS[(i + offset) % 4]``
+    (scattered, a run at the start under a tile, a hole, a run at the end), each blocking 1 to S - 2
+    keys: at least one blocked and two visible (S >= 3)."""
+    m = np.zeros((n_rows, S), dtype=bool)
+    if S < 3:
+        return m
+    n = rng.integers(1, S - 1, size=(n_rows, 1))  # blocked per row: 1 .. S - 2
+    key = np.arange(S)[None, :]
+    kind = (np.arange(n_rows)[:, None] + offset) % len(MASK_PATTERNS)
+    ranks = np.argsort(np.argsort(rng.random((n_rows, S)), axis=1), axis=1)
+    start = rng.integers(1, np.maximum(S - n, 2))  # a hole starts past key 0 and ends before the last key
+    m = np.where(kind == 0, ranks < n, m)  # scattered
+    m = np.where(kind == 1, key < np.minimum(n, TILE - 1), m)  # left padding, shorter than a tile
+    m = np.where(kind == 2, (key >= start) & (key < start + n), m)  # a hole
+    m = np.where(kind == 3, key >= S - n, m)  # right padding
+    if S > TILE:  # scattered over a whole leading tile by chance: that is the other class
+        m[m[:, :TILE].all(axis=1), 0] = False
     return m
 
 
-def _bias(r: dict[str, str], shape: tuple[int, ...], seed: int) -> np.ndarray:
+def _mask_content(r: dict[str, str], shape: tuple[int, ...], c: Concrete, seed: int) -> np.ndarray:
+    S = shape[-1]
+    rows = int(np.prod(shape[:-1]))
+    if r["mask content"] == LEADING_TILE:
+        flat = np.zeros((rows, S), dtype=bool)
+        flat[:, : TILE * c.lead_tiles] = True
+        return flat.reshape(shape)
+    flat = _mask_rows(rows, S, c.pattern_offset, rng_for(seed + 7919))
+    if r["mask content"] == "rows blocked entirely":
+        flat[_which(c.which_row, rows)] = True
+    return flat.reshape(shape)
+
+
+def _which(which: str, n: int) -> int:
+    return {"first": 0, "last": n - 1, "middle": n // 2}[which]
+
+
+def _bias(r: dict[str, str], shape: tuple[int, ...], c: Concrete, seed: int) -> np.ndarray:
     rng = rng_for(seed + 31)
-    b = rng.standard_normal(shape) * 0.5
     kind = r["additive M"]
-    if kind == "finite large negative on whole rows":  # the last row: the mask's special row is the first
-        b.reshape(-1, shape[-1])[-1] = LARGE_NEGATIVE
+    b = rng.standard_normal(shape) * (c.bias_sigma if kind == "finite small" else 0.5)
+    flat = b.reshape(-1, shape[-1])
+    if kind == "finite large negative on whole rows":  # one magnitude per row, from the last row up
+        for j, mag in enumerate(c.neg_magnitudes[: flat.shape[0]]):
+            flat[flat.shape[0] - 1 - j] = -mag
     elif kind == "-inf on some keys":
-        b[rng.random(shape) < 0.3] = -np.inf
+        b[rng.random(shape) < c.inf_fraction] = -np.inf
         for key in (0, -1):  # key 0 and the last key stay finite: a leading tile of blocked keys leaves the last
             b[..., key] = np.where(np.isneginf(b[..., key]), 0.0, b[..., key])
     elif kind == "-inf on whole rows":
-        b.reshape(-1, shape[-1])[-1] = -np.inf
+        flat[_which(c.which_row if c.which_row != "first" else "last", flat.shape[0])] = -np.inf
     return b
 
 
-def _reopen_accidents(case: Case, r: dict[str, str], decl: Declaration) -> None:
-    """Rows a random mask emptied by accident (with causal) see key 0 again, as the drawn space does."""
+def _reopen_accidents(case: Case, content: np.ndarray, r: dict[str, str], decl: Declaration) -> None:
+    """Rows a mask emptied by accident (with causal or -inf) see key 0 again, as the drawn space does."""
     from conformance.oracle import blocked_and_bias
 
-    if r["mask content"] == "leading keys blocked over a whole tile" or case.mask is None:
+    if r["mask content"] == LEADING_TILE or case.mask is None:
         return  # with causal, the rows inside the tile are empty on purpose
-    meant_mask = case.mask.all(axis=-1).copy()
+    meant_mask = content.all(axis=-1).copy()
     meant_bias = None if case.bias is None else np.isneginf(case.bias).all(axis=-1)
     blocked, _ = blocked_and_bias(case, decl.causal_alignment)
     plain = Case(case.query, case.key, case.value, is_causal=case.is_causal)
     causal_only, _ = blocked_and_bias(plain, decl.causal_alignment)
     for b, h, t in np.argwhere(blocked.all(axis=-1) & ~causal_only.all(axis=-1)):
-        own = drawn_arrays.own_index(case.mask.shape, b, h, t)
+        own = drawn_arrays.own_index(content.shape, b, h, t)
         if meant_mask[own] or (meant_bias is not None and meant_bias[drawn_arrays.own_index(case.bias.shape, b, h, t)]):
             continue  # rows blocked entirely on purpose
-        case.mask[(*own, 0)] = False
+        content[(*own, 0)] = False
 
 
 def _layout(r: dict[str, str], q: np.ndarray, k: np.ndarray, v: np.ndarray):
@@ -196,18 +268,33 @@ def _layout(r: dict[str, str], q: np.ndarray, k: np.ndarray, v: np.ndarray):
     return q, k, v
 
 
-def build(row: dict[str, str], decl: Declaration, seed: int) -> tuple[Case, np.ndarray | None]:
-    """The case of ``row`` (and its cotangent when the row's direction is backward)."""
-    r, z = {**DEFAULTS, **row}, sizes(row)
-    B, Hq, Hkv, T, S, Dk, Dv = (z[k] for k in ("B", "Hq", "Hkv", "T", "S", "Dk", "Dv"))
+def _mask_shapes(form: str, B: int, H: int, T: int, S: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(the shape the mask's content is drawn in, the shape the case holds it in)."""
+    if form == "[S]":
+        return (S,), (S,)
+    if form == "[H,T,S]":
+        return (H, T, S), (H, T, S)
+    if form == EXPANDED_MASK:  # a [B, T, S] mask expanded along H: torch's mask[:, None].expand(B, H, T, S)
+        return (B, 1, T, S), (B, H, T, S)
+    shape = drawn_arrays.form_shape(form, B, H, T, S)
+    return shape, shape
+
+
+def _build(r: dict[str, str], decl: Declaration, seed: int, c: Concrete, label: str) -> tuple[Case, np.ndarray | None]:
     rng = rng_for(seed)
     dtype = r["dtype"]
-    q, k, v = (cast(rng.standard_normal(s), dtype) for s in ((B, Hq, T, Dk), (B, Hkv, S, Dk), (B, Hkv, S, Dv)))
+    B, Hq, Hkv, T, S, Dk, Dv = c.B, c.Hq, c.Hkv, c.T, c.S, c.Dk, c.Dv
+    q = cast(rng.standard_normal((B, Hq, T, Dk)) * c.magnitude, dtype)
+    k = cast(rng.standard_normal((B, Hkv, S, Dk)) * c.magnitude, dtype)
+    v = cast(rng.standard_normal((B, Hkv, S, Dv)), dtype)
     form = r["mask form"]
-    mask = None if form == "none" else _mask(r, drawn_arrays.form_shape(form, B, Hq, T, S), seed)
-    bias = None if r["additive M"] == "none" else _bias(r, (B, Hq, T, S), seed)
+    content = mask = None
+    if form != "none":
+        drawn, held = _mask_shapes(form, B, Hq, T, S)
+        content = _mask_content(r, drawn, c, seed)
+        mask = np.broadcast_to(content, held) if held != drawn else content
+    bias = None if r["additive M"] == "none" else _bias(r, (B, Hq, T, S), c, seed)
     q, k, v = _layout(r, q, k, v)
-    label = "covering row: " + "; ".join(f"{p.name}: {r[p.name]}" for p in PARAMETERS if r[p.name] != p.default)
     case = Case(
         q,
         k,
@@ -215,11 +302,52 @@ def build(row: dict[str, str], decl: Declaration, seed: int) -> tuple[Case, np.n
         mask=mask,
         bias=bias,
         is_causal=r["causal"] == "on",
-        scale=SCALE[r["scale"]],
-        dropout_p=DROPOUT_P if r["dropout"] == "on" else 0.0,
+        scale=c.scale,
+        dropout_p=c.dropout_p,
         seed=seed,
-        label=label if label != "covering row: " else "covering row: all defaults",
+        label=label,
     )
-    _reopen_accidents(case, r, decl)
+    if content is not None:
+        _reopen_accidents(case, content, r, decl)
     grad_out = cast(rng.standard_normal((B, Hq, T, Dv)), dtype) if r["direction"] == "backward" else None
     return case, grad_out
+
+
+def _label(r: dict[str, str], prefix: str = "covering row") -> str:
+    text = "; ".join(f"{p.name}: {r[p.name]}" for p in PARAMETERS if r[p.name] != p.default)
+    return f"{prefix}: {text or 'all defaults'}"
+
+
+def build_planned(
+    row: dict[str, str], decl: Declaration, seed: int, picks: dict[str, int] | None = None, t: int = 2
+) -> tuple[Case, np.ndarray | None]:
+    """The case of ``row`` with its classes at their ``picks`` (and its cotangent when backward)."""
+    r = {**DEFAULTS, **row}
+    c = concrete(r, decl, t, picks or {}, r["dtype"])
+    return _build(r, decl, seed, c, _label(r))
+
+
+def build(row: dict[str, str], decl: Declaration, seed: int) -> tuple[Case, np.ndarray | None]:
+    """The case of ``row``, every class at its first candidate."""
+    return build_planned(row, decl, seed)
+
+
+def build_twin(
+    row: dict[str, str], decl: Declaration, seed: int, picks: dict[str, int] | None = None, t: int = 2
+) -> tuple[Case, np.ndarray | None]:
+    """The twin of ``row`` (:func:`twin`) as a case of exactly ``row``'s Q, K, V shapes."""
+    r = {**DEFAULTS, **row}
+    other = {**DEFAULTS, **twin(decl, r, t)}
+    sizes_of_row = concrete(r, decl, t, picks or {}, r["dtype"])
+    z = sizes_of_row.sizes
+    for name in ("causal", "mask content", "additive M"):  # at the row's sizes, no fill the declaration leaves open
+        has = (other["mask form"] != "none", other["additive M"] != "none", other["causal"] == "on")
+        empty = _meant_empty_rows(other, decl, z)
+        if not empty or empty_rows_allowed(
+            decl, has_mask=has[0], has_bias=has[1], is_causal=has[2], grad=other["direction"] == "backward"
+        ):
+            break
+        other[name] = r[name]
+    own = concrete(other, decl, t, picks or {}, other["dtype"])
+    c = Concrete(**{**own.__dict__, **sizes_of_row.sizes, "magnitude": own.magnitude, "picks": own.picks})
+    return _build(other, decl, seed + 500, c, _label(other, "twin of a covering row (same shapes)"))

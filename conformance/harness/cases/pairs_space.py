@@ -20,8 +20,10 @@ requires of a case) and the constraints that belong to it; split, the table woul
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -29,15 +31,24 @@ from conformance.contract import DTYPES, Case
 
 TILE = 32  # the tile of "past a tile": T and S tails (harness.cases.space.TAIL_LENGTHS: 33 is 32 + 1)
 LONG = 300  # "long" keys: past the 256 keys where split-KV kernels start to split
-LARGE_NEGATIVE = -8192.0  # a finite large negative M (2^13: exact in every dtype)
+LARGE_NEGATIVE = -1e4  # the class "finite large negative" is M at or below it on a whole row (down to finfo.min)
+
+
+class Call(NamedTuple):
+    """How a case reached the kernel: ``direction`` ("forward" or "backward") and ``call`` ("first", or
+    "again": right after a call of the same Q, K, V shapes whose other values differ)."""
+
+    direction: str
+    call: str = "first"
 
 
 @dataclass(frozen=True)
 class Value:
-    """One value class of a parameter; ``holds(case, direction)`` says whether a case is in it."""
+    """One value class of a parameter; ``holds(case, how)`` says whether a case, sent as ``how``
+    (:class:`Call`), is in it."""
 
     name: str
-    holds: Callable[[Case, str], bool]
+    holds: Callable[[Case, Call], bool]
 
 
 @dataclass(frozen=True)
@@ -58,19 +69,33 @@ class Parameter:
         return self.values[0].name
 
 
-def _v(name: str, holds: Callable[[Case, str], bool]) -> Value:
+def _v(name: str, holds: Callable[[Case, Call], bool]) -> Value:
     return Value(name, holds)
 
 
+def _expanded_axes(arr) -> tuple[int, ...]:
+    a = np.asarray(arr)
+    return tuple(i for i, (n, s) in enumerate(zip(a.shape, a.strides)) if s == 0 and n > 1)
+
+
 def _form(case: Case, arr) -> str:
+    """The mask form of ``arr`` (its broadcast shape, axes of length 1 where the case's are longer), or
+    "other" for shapes the table does not name."""
     if arr is None:
         return "none"
     shape = np.shape(arr)
+    zero = _expanded_axes(arr)
+    if len(shape) == 1:
+        return "[S]" if shape == (case.S,) else "other"
     if len(shape) == 2:
-        return "[T,S]" if shape[0] == case.T > 1 else "other"
+        return "[T,S]" if shape[0] == case.T > 1 and not zero else "other"
+    if len(shape) == 3:
+        return "[H,T,S]" if shape == (case.Hq, case.T, case.S) and case.Hq > 1 and case.T > 1 and not zero else "other"
     b, h, t, _ = shape
     name = f"[{'B' if b == case.B > 1 else '1'},{'H' if h == case.Hq > 1 else '1'},{'T' if t == case.T > 1 else '1'},S]"
-    return name
+    if zero == (1,) and name == "[B,H,T,S]":
+        return EXPANDED_MASK
+    return "other" if zero else name
 
 
 def _rows_blocked(arr, neg_inf: bool) -> bool:
@@ -98,7 +123,7 @@ def _bias_class(case: Case) -> str:
 
 def _layout(case: Case) -> str:
     arrays = [np.asarray(a) for a in (case.query, case.key, case.value)]
-    if any(any(s == 0 and n > 1 for n, s in zip(a.shape, a.strides)) for a in arrays):
+    if any(_expanded_axes(a) for a in arrays):
         return "expanded"
     bases = {id(a.base) for a in arrays if a.base is not None}
     if len(bases) == 1 and all(a.base is not None for a in arrays):
@@ -108,21 +133,26 @@ def _layout(case: Case) -> str:
     return "contiguous"
 
 
-def _heads(g: int, many: bool = False) -> Callable[[Case, str], bool]:
+def _heads(g: int, many: bool = False) -> Callable[[Case, Call], bool]:
     return lambda c, d: c.Hq // max(c.Hkv, 1) == g and c.Hq % max(c.Hkv, 1) == 0 and (c.Hq > 16) == many
 
 
-def _dv(rel: str) -> Callable[[Case, str], bool]:
+def _dv(rel: str) -> Callable[[Case, Call], bool]:
     return {"= Dk": lambda c, d: c.Dv == c.Dk, "< Dk": lambda c, d: c.Dv < c.Dk, "> Dk": lambda c, d: c.Dv > c.Dk}[rel]
 
 
-def _is(read: Callable[[Case], object], want: object) -> Callable[[Case, str], bool]:
+def _is(read: Callable[[Case], object], want: object) -> Callable[[Case, Call], bool]:
     return lambda c, d: read(c) == want
 
 
-MASK_FORMS = ("none", "[T,S]", "[B,1,1,S]", "[B,1,T,S]", "[1,H,T,S]", "[B,H,T,S]")
+EXPANDED_MASK = "[B,H,T,S], stride 0 along H"
+MASK_FORMS = ("none", "[T,S]", "[B,1,1,S]", "[B,1,T,S]", "[1,H,T,S]", "[B,H,T,S]", "[S]", "[H,T,S]", EXPANDED_MASK)
+SOME_KEYS = "some keys blocked"
+LEADING_TILE = "leading keys blocked over a whole tile"
 BIASES = ("none", "finite small", "finite large negative on whole rows", "-inf on some keys", "-inf on whole rows")
 LAYOUTS = ("contiguous", "transposed view", "sliced from a packed QKV", "expanded")
+SHAPE_PARAMETERS = ("B", "heads", "S", "T", "Dk", "Dv")  # what a per-shape cache keys on (the Q, K, V shapes)
+NON_SHAPE_PARAMETERS = ("dtype", "mask form", "mask content", "additive M", "causal", "scale", "dropout", "layout")
 
 PARAMETERS: tuple[Parameter, ...] = (
     Parameter("dtype", tuple(_v(d, _is(lambda c: c.dtype, d)) for d in DTYPES)),
@@ -168,7 +198,9 @@ PARAMETERS: tuple[Parameter, ...] = (
     ),
     Parameter(
         "Dk",
-        tuple(_v(n, _is(lambda c: c.Dk, k)) for n, k in (("8", 8), ("1", 1), ("not a multiple of 8", 5), ("64", 64)))
+        tuple(_v(n, _is(lambda c: c.Dk, k)) for n, k in (("8", 8), ("1", 1)))
+        + (_v("not a multiple of 8", lambda c, d: c.Dk % 8 != 0 and 1 < c.Dk < 64),)
+        + (_v("64", _is(lambda c: c.Dk, 64)),)
         + (_v("above 64, not a multiple of 32", lambda c, d: c.Dk > 64 and c.Dk % 32 != 0),)
         + tuple(_v(n, _is(lambda c: c.Dk, k)) for n, k in (("128", 128), ("160", 160), ("256", 256))),
     ),
@@ -177,8 +209,8 @@ PARAMETERS: tuple[Parameter, ...] = (
     Parameter(
         "mask content",
         (
-            _v("random", lambda c, d: c.mask is None or not (_leading_tile(c) or _rows_blocked(c.mask, False))),
-            _v("leading keys blocked over a whole tile", lambda c, d: c.mask is not None and _leading_tile(c)),
+            _v(SOME_KEYS, lambda c, d: c.mask is None or not (_leading_tile(c) or _rows_blocked(c.mask, False))),
+            _v(LEADING_TILE, lambda c, d: c.mask is not None and _leading_tile(c)),
             _v("rows blocked entirely", lambda c, d: c.mask is not None and _rows_blocked(c.mask, False)),
         ),
     ),
@@ -195,7 +227,11 @@ PARAMETERS: tuple[Parameter, ...] = (
     ),
     Parameter("dropout", (_v("off", lambda c, d: c.dropout_p == 0), _v("on", lambda c, d: c.dropout_p > 0))),
     Parameter("layout", tuple(_v(n, _is(_layout, n)) for n in LAYOUTS)),
-    Parameter("direction", (_v("forward", lambda c, d: d == "forward"), _v("backward", lambda c, d: d == "backward"))),
+    Parameter("call", (_v("first", lambda c, d: d.call == "first"), _v("again", lambda c, d: d.call == "again"))),
+    Parameter(
+        "direction",
+        (_v("forward", lambda c, d: d.direction == "forward"), _v("backward", lambda c, d: d.direction == "backward")),
+    ),
 )
 BY_NAME: dict[str, Parameter] = {p.name: p for p in PARAMETERS}
 DEFAULTS: dict[str, str] = {p.name: p.default for p in PARAMETERS}
@@ -210,32 +246,32 @@ class Constraint:
     reason: str
 
 
-DROPOUT_EXCLUDED = (
-    "dropout=on: the output is random; it is compared with the oracle only through the mask a seed replays "
-    "(DROPOUT-VALUES-01, DROPOUT-GRAD-01 on V = I probes, S = Dv), which most rows of this table cannot be; "
-    "its pairs are left to the DROPOUT-* clauses"
-)
-_T_AXIS_FORMS = ("[T,S]", "[B,1,T,S]", "[1,H,T,S]", "[B,H,T,S]")
-_B_AXIS_FORMS = ("[B,1,1,S]", "[B,1,T,S]", "[B,H,T,S]")
+_T_AXIS_FORMS = ("[T,S]", "[B,1,T,S]", "[1,H,T,S]", "[B,H,T,S]", "[H,T,S]", EXPANDED_MASK)
+_B_AXIS_FORMS = ("[B,1,1,S]", "[B,1,T,S]", "[B,H,T,S]", EXPANDED_MASK)
 CONSTRAINTS: tuple[Constraint, ...] = (
     Constraint(("T", "S"), lambda t, s: s == "1" and t in ("< S", "= S"), "T < S and T = S > 1 need S > 1"),
     Constraint(("T", "mask form"), lambda t, f: t == "1" and f in _T_AXIS_FORMS, "at T = 1 a mask's T axis reads as 1"),
     Constraint(("B", "mask form"), lambda b, f: b == "1" and f in _B_AXIS_FORMS, "at B = 1 a mask's B axis reads as 1"),
     Constraint(
         ("mask form", "mask content"),
-        lambda f, m: f == "none" and m != "random",
+        lambda f, m: f == "none" and m != SOME_KEYS,
         "a mask content needs a boolean mask",
     ),
     Constraint(
+        ("mask form", "mask content"),
+        lambda f, m: f == "[S]" and m == "rows blocked entirely",
+        "a 1-D mask is one row for every query: blocking it blocks every row of the case",
+    ),
+    Constraint(
         ("S", "mask content"),
-        lambda s, m: m == "leading keys blocked over a whole tile" and s in ("1", "< 16"),
+        lambda s, m: m == LEADING_TILE and s in ("1", "< 16"),
         "a whole tile of 32 keys blocked needs S > 32",
     ),
     Constraint(("B", "heads"), lambda b, h: b == "equal to H" and h == "1:1", "B = H = 2 is the class B = 2"),
     Constraint(
         ("S", "mask form", "mask content"),
-        lambda s, f, m: s == "1" and f != "none" and m == "random",
-        "at S = 1 a random mask that keeps a key in every row blocks nothing (it reads as no mask)",
+        lambda s, f, m: s == "1" and f != "none" and m == SOME_KEYS,
+        "at S = 1 a mask that keeps a key in every row blocks nothing (it reads as no mask)",
     ),
     Constraint(
         ("S", "additive M"), lambda s, b: s == "1" and b == "-inf on some keys", "at S = 1 the one key is kept finite"
@@ -246,34 +282,40 @@ CONSTRAINTS: tuple[Constraint, ...] = (
         "a transposed view needs two of B, H, T (S) longer than 1 in Q or K",
     ),
     Constraint(("Dk", "Dv"), lambda k, v: k == "1" and v == "< Dk", "no head dim is below Dk = 1"),
-    Constraint(("dropout",), lambda p: p == "on", DROPOUT_EXCLUDED),
 )
+
+
+_CONSTRAINED = tuple(sorted({p for c in CONSTRAINTS for p in c.params}))
 
 
 def violated(row: dict[str, str]) -> list[str]:
     """The reasons of every constraint ``row`` (a partial row: parameter -> value) breaks."""
+    return list(_violated(tuple(row.get(p) for p in _CONSTRAINED)))
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _violated(values: tuple) -> tuple[str, ...]:
+    row = {p: v for p, v in zip(_CONSTRAINED, values) if v is not None}
     out = []
     for c in CONSTRAINTS:
-        try:
-            args = [row[p] for p in c.params]
-        except KeyError:
-            continue
-        if c.excludes(*args):
+        if all(p in row for p in c.params) and c.excludes(*(row[p] for p in c.params)):
             out.append(c.reason)
-    return out
+    return tuple(out)
 
 
-def reached_values(case: Case, direction: str, planned: dict[str, str] | None = None) -> dict[str, str]:
-    """The value class of each parameter that ``case`` (run in ``direction``) is in: the ``planned``
-    one when the case is in it (classes overlap: T = 5 is odd and may be < S), else the first that
-    holds; a parameter whose class no value names (a mask form outside the table) is left out."""
+def reached_values(case: Case, how: Call | str, planned: dict[str, str] | None = None) -> dict[str, str]:
+    """The value class of each parameter that ``case`` (sent as ``how``: a :class:`Call`, or its
+    direction alone) is in: the ``planned`` one when the case is in it (classes overlap: T = 5 is odd
+    and may be < S), else the first that holds; a parameter whose class no value names (a mask form
+    outside the table) is left out."""
     out = {}
+    how = Call(how) if isinstance(how, str) else how
     planned = planned or {}
     for p in PARAMETERS:
         first = [p.value(planned[p.name])] if p.name in planned else []
         for v in first + list(p.values):
             try:
-                ok = v.holds(case, direction)
+                ok = v.holds(case, how)
             except Exception:  # noqa: BLE001 - a malformed case is in no class
                 ok = False
             if ok:

@@ -109,6 +109,11 @@ def dropout_vjp(
         return exact, pre + prec.rounding(np.abs(exact) + pre)
 
     dk, ak = summed(_per_row(case, dk_t), _per_row(case, ak_t))
-    dv, av = summed(z * _per_row(case, dv_t), z * _per_row(case, av_t))
+
+    def kept(x: np.ndarray) -> np.ndarray:  # a dropped key adds exactly 0, even where its row's allowance is inf
+        with np.errstate(invalid="ignore"):
+            return np.where(z > 0, z * x, 0.0)
+
+    dv, av = summed(kept(_per_row(case, dv_t)), kept(_per_row(case, av_t)))
     shape = case.query.shape
     return (dq_t.reshape(shape), dk, dv), (aq_t.reshape(shape), ak, av)

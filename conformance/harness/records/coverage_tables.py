@@ -11,7 +11,7 @@ from collections import Counter
 from typing import Any
 
 from conformance.contract import Declaration
-from conformance.harness.cases import covering
+from conformance.harness.cases import covering, pairs_hiding, pairs_tuples
 from conformance.harness.cases.cells import FEATURES, SEP, SHAPE_CLASSES, admitted
 
 
@@ -66,48 +66,88 @@ def plan_summary(decl: Declaration, t: int) -> dict[str, Any]:
     plan = covering.plan(decl, t)
     return {
         "rows": len(plan.rows),
-        "admitted": [covering.name(tup) for tup in plan.admitted],
-        "excluded": {covering.name(tup): why for tup, why in plan.excluded.items()},
+        "admitted": [pairs_tuples.name(tup) for tup in plan.admitted],
+        "excluded": {pairs_tuples.name(tup): why for tup, why in plan.excluded.items()},
         "excluded_values": {f"{p}: {v}": why for (p, v), why in plan.excluded_values.items()},
     }
 
 
+def _hidden(rec: dict[str, Any]) -> dict:
+    return {(p, v): [frozenset(map(tuple, h)) for h in hs] for p, v, hs in rec.get("hidden", [])}
+
+
 def pairs_table(
-    recs: list[dict[str, str]],
+    recs: list[dict[str, Any]],
     decl: Declaration,
     ts: tuple[int, ...],
     plans: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The certificate's record: per t, admitted / reached, the admitted tuples not reached, the
-    excluded tuples and values with their reasons. ``plans``: :func:`plan_summary` per str(t) where
-    already known (sent by a worker); any other is built here."""
+    """The certificate's record: per t, admitted / observable / reached, the admitted tuples never
+    observable (reached but hidden, with what hid them, or not reached at all), the excluded tuples and
+    values with their reasons, and the values each class took. ``plans``: :func:`plan_summary` per
+    str(t) where already known (sent by a worker); any other is built here."""
     out: dict[str, Any] = {}
+    hidden_by: dict[str, set[str]] = {}
+    taken: dict[str, set[str]] = {}
+    for r in recs:
+        for p, values in r.get("took", {}).items():
+            if p in r["values"]:
+                taken.setdefault(f"{p}: {r['values'][p]}", set()).update(values)
     for t in ts:
         plan = (plans or {}).get(str(t)) or plan_summary(decl, t)
-        reached = {name for r in recs for name in covering.reached(r, t)}
-        missing = [a for a in plan["admitted"] if a not in reached]
+        reached: set[str] = set()
+        shown: set[str] = set()
+        for r in recs:
+            values, hidden = r["values"], _hidden(r)
+            names = pairs_tuples.reached(values, t)
+            reached.update(names)
+            visible = set(pairs_tuples.observable_in(values, hidden, t))
+            shown |= visible
+            if t == min(ts):
+                for name in set(names) - visible:
+                    hidden_by.setdefault(name, set()).update(pairs_hiding.describe(hidden))
+        admitted = plan["admitted"]
         out[str(t)] = {
             "rows": plan["rows"],
-            "admitted": len(plan["admitted"]),
-            "reached": len(plan["admitted"]) - len(missing),
+            "admitted": len(admitted),
+            "observable": sum(a in shown for a in admitted),
+            "reached": sum(a in reached for a in admitted),
             "cases": len(recs),
-            "not_reached": missing,
+            "not_observable": {
+                a: sorted(hidden_by.get(a, ()))[:4] for a in admitted if a in reached and a not in shown
+            },
+            "not_reached": [a for a in admitted if a not in reached],
             "excluded": plan["excluded"],
             "excluded_values": plan["excluded_values"],
+            "values_taken": {k: _sorted_values(v) for k, v in sorted(taken.items())},
         }
     return out
 
 
+def _sorted_values(values: set[str]) -> list[str]:
+    def key(x: str):
+        try:
+            return (0, float(x.split(":")[0]), x)
+        except ValueError:
+            return (1, 0.0, x)
+
+    return sorted(values, key=key)
+
+
 def pairs_line(t: str, rec: dict[str, Any], shown: int = 4) -> str:
-    """``2-way: 1 754 / 1 754 admitted pairs reached (72 rows; 17 pairs and 1 value excluded, with reasons)``."""
+    """``2-way: 1 754 / 1 754 admitted pairs observable (80 rows, 160 cases; 17 pairs and 1 value
+    excluded, with reasons)``: a pair counts where it reached the kernel and no third value hid it."""
     what = {"2": "pairs", "3": "triples"}.get(t, f"{t}-tuples")
-    text = f"{t}-way: {_n(rec['reached'])} / {_n(rec['admitted'])} admitted {what} reached ({rec['rows']} rows"
+    obs = rec.get("observable", rec["reached"])
+    text = f"{t}-way: {_n(obs)} / {_n(rec['admitted'])} admitted {what} observable ({rec['rows']} rows"
+    text += f", {_n(rec['cases'])} cases" if "cases" in rec else ""
     nv = len(rec["excluded_values"])
     text += f"; {_n(len(rec['excluded']))} {what} and {nv} value{'s' * (nv != 1)} excluded, with reasons)"
-    if rec["not_reached"]:
-        text += "; not reached: " + "; ".join(rec["not_reached"][:shown])
-        if len(rec["not_reached"]) > shown:
-            text += f"; ... and {len(rec['not_reached']) - shown} more (--certificate lists all)"
+    missing = list(rec.get("not_observable", {})) + rec["not_reached"]
+    if missing:
+        text += "; not observable: " + "; ".join(missing[:shown])
+        if len(missing) > shown:
+            text += f"; ... and {len(missing) - shown} more (--certificate lists all)"
     return text
 
 
@@ -121,10 +161,24 @@ def pairs_excluded_line(rec: dict[str, Any]) -> str:
 
 def pairs_markdown(record_: dict[str, Any]) -> list[str]:
     out = ["\n## Pair coverage (covering arrays, COVER-PAIRS-01 / COVER-PAIRS-GRAD-02)\n"]
+    out.append(
+        "A pair counts where it reached the kernel in a case in which no third value hides it (S = 1 "
+        "hides Dk and the scale, scale 0 hides Dk, ...: docs/case-space.md).\n"
+    )
     for t, rec in record_.items():
         out.append(f"**{pairs_line(t, rec, shown=0)}**, from {rec['cases']} cases that reached the kernel.\n")
+        if rec.get("not_observable"):
+            out.append("Reached, but only where another value hid them:\n")
+            out += [f"- `{a}`: hidden as {'; '.join(by) or '?'}" for a, by in rec["not_observable"].items()]
+            out.append("")
         if rec["not_reached"]:
             out.append("Admitted but never reached: " + "; ".join(f"`{a}`" for a in rec["not_reached"]) + "\n")
+        if rec.get("values_taken") and t == min(record_):
+            out.append("| value class | values it took |\n|---|---|")
+            for k, vals in rec["values_taken"].items():
+                more = f" ... ({len(vals)} values)" if len(vals) > 16 else ""
+                out.append(f"| {k} | {', '.join(vals[:16])}{more} |")
+            out.append("")
         if rec["excluded_values"]:
             out.append("| value excluded | reason |\n|---|---|")
             out += [f"| {k} | {why} |" for k, why in rec["excluded_values"].items()]

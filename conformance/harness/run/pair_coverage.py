@@ -1,12 +1,15 @@
-"""Pair (and triple) coverage: which admitted t-tuples of value classes reached the kernel, per adapter.
+"""Pair (and triple) coverage: which admitted t-tuples of value classes reached the kernel where they
+could show a bug, per adapter.
 
 Counted from what reached the kernel, not from the plan: the covering clauses
 (conformance/clauses/test_covering.py) call :func:`record` after a guarded call *returned*, with the
 value classes the case it sent is in (``pairs_space.reached_values``: a planned class is credited only
-when the case really is in it). The records live on the guarded adapter while a test runs, travel in
-the test's report (``user_properties``, JSON: one dict of classes per case), and the controlling
-process sums them, so a pytest-xdist run counts the same tuples as a serial one. What is admitted and
-excluded comes from the plan (``harness.cases.covering.plan``), a function of the declaration alone.
+when the case really is in it), what is hidden in that case (``pairs_hiding.in_case``: a tuple is
+observable unless a third value hides one of its values) and the values each class took
+(``pairs_ranges.taken``). The records live on the guarded adapter while a test runs, travel in the
+test's report (``user_properties``, JSON), and the controlling process sums them, so a pytest-xdist run
+counts the same tuples as a serial one. What is admitted and excluded comes from the plan
+(``harness.cases.covering.plan``), a function of the declaration alone.
 
 Registered as a sub-plugin by ``conformance.harness.plugin``; the certificate calls :func:`table`.
 """
@@ -18,7 +21,9 @@ from typing import Any
 import pytest
 
 from conformance.contract import Case, Declaration
-from conformance.harness.cases.pairs_space import reached_values
+from conformance.harness.cases import pairs_hiding
+from conformance.harness.cases.pairs_ranges import taken
+from conformance.harness.cases.pairs_space import Call, reached_values
 from conformance.harness.cases.profiles import profile_name
 from conformance.harness.records import coverage_tables
 from conformance.harness.run.report_channel import ReportChannel
@@ -31,13 +36,22 @@ def strengths() -> tuple[int, ...]:
     return (2, 3) if profile_name() == "thorough" else (2,)
 
 
-def record(impl: Any, case: Case, direction: str, planned: dict[str, str]) -> None:
-    """Note that ``case`` reached the kernel behind ``impl`` in ``direction`` ("forward"/"backward")."""
+def record(impl: Any, case: Case, how: Call, planned: dict[str, str]) -> None:
+    """Note that ``case`` reached the kernel behind ``impl``, sent as ``how`` (its direction, and
+    whether it was called again after a twin of the same shapes)."""
     store = getattr(impl, ATTR, None)
     if store is None:
         store = []
         setattr(impl, ATTR, store)
-    store.append(reached_values(case, direction, planned))
+    classes = reached_values(case, how, planned)
+    hidden = pairs_hiding.in_case(case, how, impl.declaration, classes)
+    store.append(
+        {
+            "values": classes,
+            "hidden": [[p, v, [sorted(map(list, h)) for h in hs]] for (p, v), hs in hidden.items()],
+            "took": taken(case, classes),
+        }
+    )
 
 
 PLANS_SENT = "covering_plans_sent"  # set on the guarded adapter once its plans went into a report

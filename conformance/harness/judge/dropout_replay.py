@@ -1,0 +1,84 @@
+"""A case with dropout judged against the oracle through the keep-mask its seed replays.
+
+Why: dropout's output is random, so a case with dropout on can be compared with the float64 oracle
+only once the mask is known. The contract says ``Case.seed`` seeds anything random in the kernel, so
+a second call with the same seed draws the same mask; a V = I probe of that call (same Q, K, mask,
+M, seed; V the identity, ``calls.probes``) shows the dropped weights, and a kept weight's position
+is the mask. The case is then, row by row, a dropout-free case over the values Z ⊙ V
+(``judge.dropout_vjp.lift``), whose output and VJP, with their allowances, are the oracle's own.
+This is how a covering row meets dropout with a mask, padding, GQA, B > 1, a decode step and the
+backward: on its own values, so that a bug in how the dropped weights meet V (a value head mapped
+wrong under dropout) shows, which a V = I probe alone cannot see.
+
+The probe is made *after* the real call, so that a call made right before on purpose (a covering
+row's twin, ``harness.cases.pairs_cases.twin``) stays right before it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from conformance.contract import Case
+from conformance.harness.calls.guarded import GuardedAdapter
+from conformance.harness.calls.probes import observe_weights
+from conformance.harness.judge import tolerance
+from conformance.harness.judge.dropout_vjp import dropout_vjp, lift
+from conformance.harness.judge.expected import expected, output_allowance
+from conformance.harness.spec.report import ClauseViolation, mismatch_report
+
+
+def replayed_keep_scale(impl: GuardedAdapter, case: Case) -> np.ndarray:
+    """Z of ``case``'s dropout (1/(1 - p) kept, 0 dropped), read from a V = I probe with its seed.
+
+    A visible weight reads as kept when it is not 0; on a row with no visible key the fill's own
+    weights (the mean of V's 1/S, or NaN) are dropped by the same mask, so they count too."""
+    w = observe_weights(impl, case)
+    plain = expected(case.replace(dropout_p=0.0), impl.declaration)
+    empty = plain.all_blocked[..., None]
+    kept = (w != 0) & (~plain.blocked | empty)
+    return np.where(kept, 1.0 / (1.0 - case.dropout_p), 0.0)
+
+
+def _rule(impl: GuardedAdapter, case: Case, what: str) -> str:
+    return "the dropout-free oracle on Z ⊙ V, Z the replayed mask: " + tolerance.describe(
+        impl.declaration.tolerance_dtype(case), what
+    )
+
+
+def assert_output_matches(impl: GuardedAdapter, case: Case) -> np.ndarray:
+    """The output of ``case`` (dropout on) against the oracle for the mask the same seed replays."""
+    __tracebackhide__ = True
+    out = impl.forward(case)
+    z = replayed_keep_scale(impl, case)
+    decl = impl.declaration
+    lifted = lift(case, z, decl.causal_alignment)
+    want = expected(lifted, decl).out.reshape(case.out_shape)
+    allowed = output_allowance(lifted, decl).reshape(case.out_shape)
+    allowed = np.where(np.isfinite(allowed), allowed, np.finfo(np.float64).max)
+    msg = mismatch_report(
+        "output under dropout (the mask its seed replays)", out, want, allowed, _rule(impl, case, "output")
+    )
+    if msg:
+        raise ClauseViolation(msg, case)
+    return out
+
+
+def assert_vjp_matches(impl: GuardedAdapter, case: Case, grad_out: np.ndarray) -> tuple[np.ndarray, ...]:
+    """dQ, dK, dV of ``case`` (dropout on) against the gradient of the dropped forward for the mask
+    the same seed replays (``judge.dropout_vjp``)."""
+    __tracebackhide__ = True
+    grads = impl.vjp(case, grad_out)
+    z = replayed_keep_scale(impl, case)
+    want, allowed = dropout_vjp(case, z, grad_out, impl.declaration)
+    for name, got, exp, allow in zip(("dq", "dk", "dv"), grads, want, allowed):
+        g = np.asarray(got, dtype=np.float64)
+        bad = ~np.isfinite(g) & np.isfinite(exp)
+        if bad.any():
+            raise ClauseViolation(f"{name} has {int(bad.sum())} non-finite elements under dropout", case)
+        allow = np.where(np.isfinite(allow), allow, np.finfo(np.float64).max)
+        msg = mismatch_report(
+            f"{name} under dropout (the mask its seed replays)", g, exp, allow, _rule(impl, case, name)
+        )
+        if msg:
+            raise ClauseViolation(msg, case)
+    return grads
