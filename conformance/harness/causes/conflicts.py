@@ -15,19 +15,31 @@ from collections.abc import Callable, Iterable
 
 def seen(rows: Iterable[dict], relevant: Callable[[str], bool]) -> Counter:
     """The conventions the failing records match, each failing case's and its clause test's other ones."""
-    return Counter(
-        m
-        for r in rows
-        for m in {*(r["failure"].get("matches") or ()), *(r["failure"].get("matches_elsewhere") or ())}
-        if relevant(m)
-    )
+    return Counter(m for r in rows for m in _matched(r) if relevant(m))
 
 
-def conflicts(votes: Iterable[str]) -> dict[str, list[str]]:
-    """Fields for which more than one value was matched (``field=value`` texts)."""
-    values: dict[str, set[str]] = {}
-    for m in votes:
-        field, eq, value = m.partition("=")
-        if eq:
-            values.setdefault(field, set()).add(value)
-    return {f: sorted(v) for f, v in values.items() if len(v) > 1}
+def _matched(row: dict) -> set[str]:
+    return {*(row["failure"].get("matches") or ()), *(row["failure"].get("matches_elsewhere") or ())}
+
+
+def conflicts(rows: Iterable[dict], relevant: Callable[[str], bool]) -> dict[str, list[str]]:
+    """Fields for which the failing cases match different values and no one value is matched by every
+    case that matches the field at all (several fills that coincide on every failing case are no
+    conflict: each case matches them all)."""
+    per_field: dict[str, list[set[str]]] = {}
+    for r in rows:
+        by_case = r["failure"].get("matches_by_case") or [sorted(_matched(r))]  # each failing case its own
+        for matched in by_case:
+            values: dict[str, set[str]] = {}
+            for m in matched:
+                field, eq, value = m.partition("=")
+                if eq and relevant(m):
+                    values.setdefault(field, set()).add(value)
+            for field, vs in values.items():
+                per_field.setdefault(field, []).append(vs)
+    out = {}
+    for field, sets in per_field.items():
+        every = set.union(*sets)
+        if len(every) > 1 and not set.intersection(*sets):
+            out[field] = sorted(every)
+    return out

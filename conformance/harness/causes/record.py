@@ -46,16 +46,27 @@ def _json_number(x: Any) -> Any:
 
 def failing_call(impl: Any, exc: BaseException | None) -> tuple | None:
     """The guarded call (``GuardedAdapter.recent_calls`` entry: case, call, features, result) a failure
-    judged: the last call on the violation's own case, else on a probe of it (its V = I form: the same
-    Q, the weights a weight check judged), else (a violation without a case) the last call."""
+    judged: the last call when it observed the violation's case through the V = I probe
+    (``calls.probes``: the weights a weight check judged), else the last call on the violation's own
+    case, else on a probe of it; for a violation without a case, the last call."""
     exc = _violation(exc)
     case = getattr(exc, "case", None)
     recent = list(getattr(impl, "recent_calls", ()))
-    if case is None:
+    if case is None or not recent:
         return recent[-1] if recent else None
-    return next((e for e in reversed(recent) if e[0] is case), None) or next(
-        (e for e in reversed(recent) if getattr(e[0], "query", None) is getattr(case, "query", False)), None
-    )
+    if _probe_of(recent[-1][0], case):
+        return recent[-1]
+    own = next((e for e in reversed(recent) if e[0] is case), None)
+    return own or next((e for e in reversed(recent) if _probe_of(e[0], case)), None)
+
+
+def _probe_of(called: Any, case: Any) -> bool:
+    """Whether ``called`` is a V = I probe of ``case`` (the same Q object, or labelled so)."""
+    if called is case:
+        return False
+    label = str(getattr(called, "label", ""))
+    same_q = getattr(called, "query", None) is getattr(case, "query", False)
+    return same_q or ("V=I probe" in label and label.startswith(str(getattr(case, "label", ""))))
 
 
 def failure_record(impl: Any, exc: BaseException | None) -> dict:

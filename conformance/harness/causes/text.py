@@ -91,7 +91,7 @@ def _votes(rows: list[dict], features: list[str]) -> Counter:
 
 def conflicting(rows: list[dict], features: list[str]) -> dict[str, list[str]]:
     """Fields about ``features`` whose failing outputs match more than one value (causes.conflicts)."""
-    return conflicts.conflicts(conflicts.seen(rows, lambda m: about(m, features)))
+    return conflicts.conflicts(rows, lambda m: about(m, features))
 
 
 def suggestion(rows: list[dict], features: list[str]) -> tuple[str | None, int, int]:
@@ -101,7 +101,8 @@ def suggestion(rows: list[dict], features: list[str]) -> tuple[str | None, int, 
     votes = _votes(rows, features)
     if not votes or conflicting(rows, features):
         return None, 0, checked
-    best, n = max(votes.items(), key=lambda kv: (kv[1], "=" in kv[0]))
+    # Ties: a setting over a finding, and an allowed convention over a formulation (a departure).
+    best, n = max(votes.items(), key=lambda kv: (kv[1], "=" in kv[0], kv[0].split("=")[0] not in _FIELD_HINTS))
     best, n = _per_dtype_formulations(rows, votes, best, n)
     return (best, n, checked) if 2 * n >= max(checked, 1) else (None, 0, checked)
 

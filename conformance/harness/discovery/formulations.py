@@ -94,7 +94,7 @@ def _collect(p: Probing, cases: Iterable[tuple[Case, str]]) -> tuple[list[Witnes
             notes.append(f"{case.label}: not run ({'; '.join(why)})")
             continue
         if kind == "weights":
-            o = p.forward(probe_case(case, square=p.decl.requires_dk_eq_dv))
+            o = p.forward(probe_case(case, p.decl))
             got = None if not o.ok else np.asarray(o.value)[..., : case.S]
         elif kind == "vjp":
             g = np.random.default_rng(7).standard_normal(case.out_shape).astype(case.query.dtype)
