@@ -215,10 +215,6 @@ def _variant_args(case: Case) -> tuple[Any, Any, Any]:
 class JaxAttention:
     """``jax.nn.dot_product_attention`` with one fixed ``implementation``."""
 
-    # XLA compiles every new shape (about 0.3 s each on this CPU, cold): the drawn clauses take
-    # their shapes from a few buckets in the ci profile (harness.cases.strategies.space_for).
-    compiles_per_shape = True
-
     def __init__(self, name: str, implementation: str | None, declaration: Declaration) -> None:
         self.name = name
         self.implementation = implementation
@@ -441,6 +437,7 @@ _XLA = Declaration(
     lse_base="e",
     lse_empty="large-negative",
     backend="xla",
+    compiles_per_shape=True,  # XLA compiles every new shape (about 0.3 s each on this CPU, cold)
     notes=(
         "jax 0.10 jax.nn.dot_product_attention, implementation='xla', jitted (float16 on CPU runs "
         "un-jitted: jit fails with F16_F16_F32 unsupported by dot_general on CPU). Measured: rows "

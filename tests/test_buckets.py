@@ -2,7 +2,7 @@
 that a clause still catches its mutants when the mutant says it compiles per shape.
 
 The mutant self-tests (test_clauses_bite.py) run kernels that do not compile per shape, so they see
-every clause's own shapes; here the same mutants run behind ``compiles_per_shape = True``, where the
+every clause's own shapes; here the same mutants run declaring ``compiles_per_shape=True``, where the
 ci profile spreads a clause's shapes over the dtypes, and must still fail the clause in some dtype.
 """
 
@@ -18,16 +18,15 @@ from tests.clause_runner import dtypes_for, load_clauses, run_clause
 
 
 def _adapter(compiles: bool, dtypes=DTYPES):
-    return SimpleNamespace(compiles_per_shape=compiles, declaration=Declaration(dtypes=frozenset(dtypes)))
+    return SimpleNamespace(declaration=Declaration(dtypes=frozenset(dtypes), compiles_per_shape=compiles))
 
 
 class CompilingPerShape:
-    """``inner`` with ``compiles_per_shape = True``: the clauses treat it as they treat jax."""
-
-    compiles_per_shape = True
+    """``inner`` declaring ``compiles_per_shape=True``: the clauses treat it as they treat jax."""
 
     def __init__(self, inner) -> None:
         self.inner = inner
+        self.declaration = inner.declaration.replace(compiles_per_shape=True)
 
     def __getattr__(self, name: str):
         return getattr(self.inner, name)

@@ -105,10 +105,9 @@ def space(compiles_per_shape: bool = False) -> Space:
 
 
 def space_for(impl: object) -> Space:
-    """The space to draw for the kernel under test: bucketed shapes in the ci profile when its
-    adapter says it compiles per shape (an optional ``compiles_per_shape = True`` attribute)."""
-    adapter = getattr(impl, "adapter", impl)
-    return space(bool(getattr(adapter, "compiles_per_shape", False)))
+    """The space to draw for the kernel under test (a guarded adapter or an adapter): bucketed shapes
+    in the ci profile when its declaration says it compiles per shape (``compiles_per_shape``)."""
+    return space(bool(getattr(getattr(impl, "declaration", None), "compiles_per_shape", False)))
 
 
 def _mostly_not_first(options) -> st.SearchStrategy:

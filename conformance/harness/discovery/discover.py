@@ -87,6 +87,7 @@ def discover(
 ) -> Discovery:
     """Probe ``adapter`` (its declaration is restored afterwards); ``pinned`` fields are not probed."""
     from conformance.harness.discovery import blocked as discovery_blocked
+    from conformance.harness.discovery import compiling as discovery_compiling
     from conformance.harness.discovery import conventions as discovery_conventions
     from conformance.harness.discovery import precision as discovery_precision
     from conformance.harness.discovery import probes as discovery_probes
@@ -101,6 +102,7 @@ def discover(
         discovery_precision.float64_computed_as,
         discovery_precision.upcast,
         *discovery_probes.LIMITS,
+        discovery_compiling.compiles_per_shape,
     )
     try:
         for probe in (discovery_probes.dtypes, *probes):
