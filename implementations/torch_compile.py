@@ -8,12 +8,10 @@ torch-sdpa's (implementations/torch_sdpa.py: mask sense, causal folded into a ma
 with one, a boolean mask and an additive M as one ``attn_mask``, GQA through ``enable_gqa``); only
 the function called differs, so a difference between the two certificates is the compiler's.
 
-Why the recompile limits are raised for every call: dynamo compiles at most
-``torch._dynamo.config.recompile_limit`` (8) programs for one function and then runs every new
-structure *eagerly*, with a warning (measured, torch 2.13: the ninth shape ran in 0.04 s against
-0.5 s for each compiled one). A certification gives the kernel hundreds of structures; under the
-default limit it would certify eager SDPA after the eighth. The limits are patched around each call
-(``torch._dynamo.config.patch``), not for the process.
+Why the recompile limits are raised for every call (``_torch.compiled_throughout``): dynamo compiles
+at most ``torch._dynamo.config.recompile_limit`` (8) programs for one function and then runs every
+new structure *eagerly*, with a warning. A certification gives the kernel hundreds of structures;
+under the default limit it would certify eager SDPA after the eighth.
 
 Measured on this build (torch 2.13.0+cpu, gcc, 2 threads; ``python -m conformance.discover
 --impl=torch-compile`` re-measures, ``tests/test_compiled_adapters.py`` checks the declaration): see
@@ -32,12 +30,10 @@ import torch
 import torch.nn.functional as F
 
 from conformance.contract import Declaration
+from implementations._torch import compiled_throughout
 from implementations.torch_sdpa import _CPU, _CUDA, TorchSDPA
 
 __all__ = ["TorchCompile", "cpu", "cuda"]
-
-# Enough for any certification (a thorough run gives a kernel a few thousand structures).
-RECOMPILE_LIMIT = 1 << 20
 
 
 class TorchCompile(TorchSDPA):
@@ -59,7 +55,7 @@ class TorchCompile(TorchSDPA):
     def _sdpa(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs: Any) -> torch.Tensor:
         if self._compiled is None:
             self._compiled = torch.compile(F.scaled_dot_product_attention, dynamic=False, fullgraph=True)
-        with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT, accumulated_recompile_limit=RECOMPILE_LIMIT):
+        with compiled_throughout():
             return self._compiled(q, k, v, **kwargs)
 
 

@@ -48,6 +48,7 @@ class ProgramCounter:
         self.structures: collections.Counter[str] = collections.Counter()
         self.first_s: collections.Counter[str] = collections.Counter()
         self.keys: list[str] = []
+        self.keys_by_test: dict[str, list[str]] = collections.defaultdict(list)
         self.jax: collections.Counter[str] = collections.Counter()
         self.jax_by_program: collections.Counter[str] = collections.Counter()
         self.torch: collections.Counter[str] = collections.Counter()
@@ -91,6 +92,7 @@ class ProgramCounter:
                 self.structures[report.nodeid] += len(payload["new"])
                 self.first_s[report.nodeid] += payload["first_s"]
                 self.keys += payload["new"]
+                self.keys_by_test[report.nodeid] += payload["new"]
 
     def pytest_runtest_teardown(self, item) -> None:
         self._charge_torch()
@@ -159,6 +161,7 @@ def main(argv: list[str]) -> int:
                     "totals": totals,
                     "per_function": {fn: dict(c) for fn, c in per_fn.items()},
                     "structures": counter.keys,
+                    "structures_by_test": counter.keys_by_test,
                     "jax_by_program": dict(counter.jax_by_program),
                     "outcomes": counter.outcomes,
                 },

@@ -41,6 +41,9 @@ class Structure:
     bias_form: str
     is_causal: bool
     scale: float | None
+    # The memory layout of Q, K and V (harness.cases.drawn_arrays.LAYOUTS), which a compiler keys its
+    # program on too (strides); None: drawn freely (the free space), set: this structure's own.
+    layout: str | None = None
 
     def admitted(self, decl: Declaration) -> Structure:
         """This structure with every feature ``decl`` rules out turned off (never rejected)."""
@@ -81,17 +84,18 @@ CI_SPACE = Space()
 THOROUGH_SPACE = Space(max_len=17, tail_percent=10, max_empty_rows=3)
 # For kernels that compile per shape, in the ci profile: eight structures that between them meet
 # every T/S relation (decode T = 1, S = 1, a tile tail), B and H > 1, GQA 1:1 to 8:1 and MQA, every
-# broadcast form of both masks, both together, causal with each, custom scales, head dims off 8 and
-# Dk != Dv. The first is the simplest, where a failure shrinks to when it can.
+# broadcast form of both masks, both together, causal with each, custom scales, head dims off 8,
+# Dk != Dv, and each memory layout (a layout is part of a compiled program: strides are keyed on).
+# The first is the simplest, where a failure shrinks to when it can.
 COMPILING_STRUCTURES: tuple[Structure, ...] = (
-    Structure(1, 1, 1, 1, 1, 8, 8, "none", "none", False, None),
-    Structure(2, 1, 8, 1, 7, 8, 8, "[B,1,1,S]", "[1,H,T,S]", False, None),
-    Structure(2, 2, 2, 5, 5, 16, 16, "[B,1,1,S]", "[B,H,T,S]", True, 0.5),
-    Structure(3, 1, 4, 4, 9, 3, 5, "[B,H,T,S]", "[1,1,T,S]", True, None),
-    Structure(2, 2, 3, 9, 4, 8, 8, "[1,H,T,S]", "[T,S]", False, 0.25),
-    Structure(2, 2, 1, 6, 1, 5, 8, "[T,S]", "[B,1,T,S]", True, None),
-    Structure(1, 2, 2, 33, 33, 8, 8, "[B,1,T,S]", "[B,1,1,S]", True, 1.0),
-    Structure(2, 1, 2, 3, 6, 8, 8, "[1,1,T,S]", "none", False, None),
+    Structure(1, 1, 1, 1, 1, 8, 8, "none", "none", False, None, "contiguous"),
+    Structure(2, 1, 8, 1, 7, 8, 8, "[B,1,1,S]", "[1,H,T,S]", False, None, "broadcast"),
+    Structure(2, 2, 2, 5, 5, 16, 16, "[B,1,1,S]", "[B,H,T,S]", True, 0.5, "non-contiguous"),
+    Structure(3, 1, 4, 4, 9, 3, 5, "[B,H,T,S]", "[1,1,T,S]", True, None, "contiguous"),
+    Structure(2, 2, 3, 9, 4, 8, 8, "[1,H,T,S]", "[T,S]", False, 0.25, "non-contiguous"),
+    Structure(2, 2, 1, 6, 1, 5, 8, "[T,S]", "[B,1,T,S]", True, None, "broadcast"),
+    Structure(1, 2, 2, 33, 33, 8, 8, "[B,1,T,S]", "[B,1,1,S]", True, 1.0, "contiguous"),
+    Structure(2, 1, 2, 3, 6, 8, 8, "[1,1,T,S]", "none", False, None, "non-contiguous"),
 )
 
 
