@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import warnings
 from typing import Any
 
 import numpy as np
@@ -57,6 +58,10 @@ def compiled_throughout(fn: Any = None) -> Any:
     if fn is not None and getattr(fn, "_torchdynamo_orig_callable", None) is None:
         return contextlib.nullcontext()
     import torch._dynamo
+
+    # inductor's compile threads warn that torch.jit.script_method is deprecated, once per compilation and
+    # outside any test's capture (torch 2.13): torch's own call, nothing the kernel's author can act on.
+    warnings.filterwarnings("ignore", message=r"`torch\.jit\.script_method` is deprecated", category=DeprecationWarning)
 
     return torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT, accumulated_recompile_limit=RECOMPILE_LIMIT)
 

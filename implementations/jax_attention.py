@@ -114,7 +114,7 @@ __all__ = ["JaxAttention", "xla", "cudnn"]
 def _to_jax(a: np.ndarray) -> jax.Array:
     # ml_dtypes.bfloat16 is jax's own bfloat16, so every dtype crosses without conversion. device_put, not
     # jnp.asarray: the latter compiles a small copy program per input shape (a third of all XLA compilations
-    # of a cold certification, counted with scripts/jax_compiles.py); device_put compiles nothing.
+    # of a cold certification, counted by scripts/program_count.py); device_put compiles nothing.
     return jax.device_put(np.array(a, copy=True))
 
 

@@ -8,8 +8,8 @@ what a serial one does: ``distinct`` structures over the whole run (what the ker
 seconds of first calls against all calls.
 
 The summary prints a line for a kernel that declares ``compiles_per_shape``, and for one whose first
-calls took most of its call time without declaring it (the measured hint to declare it); the
-certificate records every adapter's (:func:`table`).
+call of a structure took on average many times its repeated calls without declaring it (the measured
+hint to declare it); the certificate records every adapter's (:func:`table`).
 """
 
 from __future__ import annotations
@@ -23,10 +23,12 @@ from conformance.harness.calls import programs
 from conformance.harness.run import runstate
 from conformance.harness.run.report_channel import ReportChannel
 
-# A kernel whose first calls of a structure took at least this share of its call time, over at least
-# HINT_STRUCTURES structures, is told it seems to compile per shape (when it does not declare so).
-HINT_SHARE = 0.5
-HINT_STRUCTURES = 20
+# A kernel not declaring compiles_per_shape whose first calls of a structure took on average at least
+# HINT_FACTOR times its repeated calls, and HINT_SECONDS more, over at least HINT_CALLS of each, is told
+# it seems to compile per shape (discovery's rule, harness.discovery.compiling, on the run's own calls).
+HINT_FACTOR = 5.0
+HINT_SECONDS = 0.05
+HINT_CALLS = 20
 
 
 def _merge(store: dict[str, dict[str, Any]], impl: str, payload: dict[str, Any]) -> None:
@@ -55,8 +57,11 @@ def _summary_lines(spec: str, decl: Declaration, entry: dict[str, Any]) -> list[
     rec = programs.summarize(entry)
     if decl.compiles_per_shape:
         return [f"{spec} (compiles_per_shape): {programs.sentence(rec)}"]
-    share = rec["first_share"] or 0.0
-    if share >= HINT_SHARE and rec["distinct"] >= HINT_STRUCTURES:
+    first, repeats = rec["first_calls"], rec["calls"] - rec["first_calls"]
+    if min(first, repeats) < HINT_CALLS:
+        return []
+    first_mean, repeat_mean = rec["first_s"] / first, (rec["all_s"] - rec["first_s"]) / repeats
+    if first_mean >= HINT_FACTOR * repeat_mean and first_mean - repeat_mean >= HINT_SECONDS:
         return [
             f"{spec}: {programs.sentence(rec)}; it seems to compile per shape: --declare compiles_per_shape=true "
             "takes the ci profile's shapes from a few buckets"
