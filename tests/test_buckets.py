@@ -119,3 +119,40 @@ def test_spread_clauses_still_kill(clause_id, mutant):
     assert any(r.startswith("failed") for r in results), results
     base = [run_clause(info, CompilingPerShape(MUTANTS["base"]()), d) for d in dtypes_for(info)]
     assert all(r == "passed" for r in base), base
+
+
+# The drawn clauses under buckets: each dtype draws from its own share of the structures
+# (space.space_for(impl, dtype)) with the structure's own layout; a mutant that only one structure's
+# features expose (a stride-0 head axis, a single key, GQA with a mask) must still fail in some dtype.
+DRAWN_KILLS = [
+    ("ORACLE-AGREE-01", "stride0_collapsed_on_head_axis"),
+    ("ORACLE-AGREE-01", "single_key_returns_v"),
+    ("ORACLE-AGREE-01", "gqa_wrong_mapping"),
+    ("GRAD-VJP-SPACE-04", "grad_dq_missing_scale"),
+    ("META-PERMUTE-01", "online_softmax_no_rescale"),
+    ("META-ROW-SHIFT-02", "softmax_no_max_subtraction"),
+    ("META-HULL-04", "mask_after_softmax"),
+]
+
+
+@pytest.mark.parametrize("clause_id, mutant", DRAWN_KILLS, ids=[f"{c}-{m}" for c, m in DRAWN_KILLS])
+def test_drawn_clauses_still_kill_on_each_dtypes_share_of_structures(clause_id, mutant):
+    from tests.mutants import MUTANTS
+
+    info = load_clauses()[clause_id]
+    assert any(k.split("@")[0] == mutant for k in info.kills)
+    results = [run_clause(info, CompilingPerShape(MUTANTS[mutant]()), d, shrink=False) for d in dtypes_for(info)]
+    assert any(r.startswith("failed") for r in results), results
+
+
+def test_each_dtype_draws_its_own_share_of_the_structures():
+    from conformance.harness.cases import strategies
+
+    impl = _adapter(True)
+    shares = [strategies.space_for(impl, d).structures for d in DTYPES]
+    dealt = [s for share in shares for s in share]
+    assert len(dealt) == len(set(dealt)) and set(dealt) == set(strategies.COMPILING_STRUCTURES)
+    assert all(shares) and strategies.space_for(impl).structures == strategies.COMPILING_STRUCTURES
+    one = _adapter(True, ("bfloat16",))
+    assert strategies.space_for(one, "bfloat16").structures == strategies.COMPILING_STRUCTURES
+    assert strategies.space_for(_adapter(False), "float32").structures is None

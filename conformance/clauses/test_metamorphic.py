@@ -41,7 +41,7 @@ def _draw_case(
     data, impl: GuardedAdapter, dtype: str, seed: int, *, mask: bool = True, min_s: int = 1, square: bool = False
 ) -> Case:
     decl = impl.declaration
-    sp = space_for(impl)
+    sp = space_for(impl, dtype)
     masked = None
     if sp.structures:  # a kernel compiling per shape: one structure, masked when it has a mask (one program)
         one = data.draw(st.sampled_from(sp.structures), label="structure")

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from hypothesis import strategies as st
 
-from conformance.contract import Declaration
+from conformance.contract import DTYPES, Declaration
 from conformance.harness.cases.profiles import profile_name
 
 MASK_FORMS: tuple[str, ...] = ("none", "[T,S]", "[1,1,T,S]", "[B,1,T,S]", "[1,H,T,S]", "[B,H,T,S]", "[B,1,1,S]")
@@ -108,10 +108,22 @@ def space(compiles_per_shape: bool = False) -> Space:
     return CI_SPACE
 
 
-def space_for(impl: object) -> Space:
+def space_for(impl: object, dtype: str | None = None) -> Space:
     """The space to draw for the kernel under test (a guarded adapter or an adapter): bucketed shapes
-    in the ci profile when its declaration says it compiles per shape (``compiles_per_shape``)."""
-    return space(bool(getattr(getattr(impl, "declaration", None), "compiles_per_shape", False)))
+    in the ci profile when its declaration says it compiles per shape (``compiles_per_shape``).
+
+    With ``dtype``, a bucketed kernel's structures are dealt round robin over its declared dtypes (the
+    first to the first declared dtype, as ``harness.cases.buckets.spread`` deals a clause's shapes):
+    each dtype's run draws from its share, so across the run every structure is drawn and each
+    structure compiles in one dtype, not in all of them. A dtype outside the declaration keeps all."""
+    decl = getattr(impl, "declaration", None)
+    sp = space(bool(getattr(decl, "compiles_per_shape", False)))
+    declared = [d for d in DTYPES if d in getattr(decl, "dtypes", DTYPES)]
+    if sp.structures is None or dtype not in declared:
+        return sp
+    k, n = declared.index(dtype), len(declared)
+    share = tuple(one for i, one in enumerate(sp.structures) if i % n == k) or (sp.structures[k % len(sp.structures)],)
+    return dataclasses.replace(sp, structures=share)
 
 
 def _mostly_not_first(options) -> st.SearchStrategy:
