@@ -20,15 +20,10 @@ from tests.mutants import BaseKernel
 from tests.test_buckets import CompilingPerShape
 
 
-def test_covering_rows_are_the_same_under_buckets():
-    plain, compiling = BaseKernel().declaration, CompilingPerShape(BaseKernel()).declaration
-    assert compiling.compiles_per_shape and not plain.compiles_per_shape
-    assert covering.plan(compiling, 2).rows == covering.plan(plain, 2).rows
-
-
 def test_every_admitted_pair_and_value_class_reaches_a_compiling_kernel():
     kernel = CompilingPerShape(BaseKernel())
     decl = kernel.declaration
+    assert decl.compiles_per_shape
     impl = GuardedAdapter(kernel, spec="compiling base", timeout=0)
     clauses = load_clauses()
     for cid in ("COVER-PAIRS-01", "COVER-PAIRS-GRAD-02"):
@@ -37,6 +32,7 @@ def test_every_admitted_pair_and_value_class_reaches_a_compiling_kernel():
     pairs = coverage_tables.pairs_table(records, decl, (2,))["2"]
     assert pairs["reached"] == pairs["admitted"] > 1000 and not pairs["not_reached"], pairs["not_reached"][:5]
     plan = covering.plan(decl, 2)
+    assert plan.rows == covering.plan(BaseKernel().declaration, 2).rows  # the rows do not depend on it
     admitted = {(p.name, v.name) for p in PARAMETERS for v in p.values if (p.name, v.name) not in plan.excluded_values}
     reached = {(p, v) for rec in records for p, v in rec.items()}
     assert admitted <= reached, sorted(admitted - reached)
