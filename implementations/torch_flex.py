@@ -21,19 +21,14 @@ is one of the two functions, as FlexAttention's users write them (attention-gym'
 * GQA through ``enable_gqa``, the scale through ``scale``, the lse through ``return_lse`` where
   FlexAttention returns one (not on the CPU), the backward through autograd (not on the CPU).
 
-Scalars the mods read (softcap, window sides, sequence offsets, ALiBi slopes) are captured as
-tensors, not Python numbers: dynamo specializes a compiled program on a captured Python number, and
-one program per softcap or window would be the adapter's cost, not the kernel's. The scale is
-FlexAttention's own float argument and is left as the user passes it.
+Scalars the mods read (softcap, window, offsets, slopes) are captured as tensors: dynamo specializes a
+program on a captured Python number, a cost of the adapter's, not the kernel's (``scale`` is the kernel's own).
 
-Measured on this build (torch 2.13.0+cpu, gcc; ``python -m conformance.discover --impl=torch-flex``
-re-measures, ``tests/test_compiled_adapters.py`` checks the declaration): float32, float16 and
-bfloat16 (float64: "`torch.float` , `torch.float16` and `torch.bfloat16` are supported in
-FlexAttention for CPU device"); no backward ("FlexAttention does not support backward on CPU") and
-no lse ("torch.compile on CPU only supports inference and `return_lse` is not supported yet"); rows
-blocked entirely, by the block mask or by -inf from the score_mod, give zeros; Dk != Dv and GQA
-run. Compiling is about 20 s per new structure cold on this 2-core machine (gcc builds the C++
-template; 1 s from inductor's warm cache): it declares ``compiles_per_shape``.
+Measured (torch 2.13.0+cpu, gcc; ``python -m conformance.discover --impl=torch-flex``): float32,
+float16, bfloat16, no float64, no backward and no lse on the CPU (torch's own refusals, quoted in
+docs/compiled-kernels.md); rows blocked entirely, by the block mask or by -inf from the score_mod,
+give zeros. Compiling costs seconds per new structure cold (gcc builds the C++ template), about 1 s
+from inductor's warm cache: it declares ``compiles_per_shape``.
 """
 
 from __future__ import annotations
@@ -45,68 +40,10 @@ import numpy as np
 import torch
 
 from conformance.contract import Case, Declaration, NotApplicable, capabilities
+from implementations._flex_layout import Layout, index
 from implementations._torch import TORCH_DTYPES, compiled_throughout, manual_seed, qkv, to_numpy, to_torch
 
 __all__ = ["TorchFlex", "cpu", "cuda"]
-
-
-def _index(shape: tuple[int, ...], b, h, q, k):
-    """Indices into an array broadcastable to [B, H, T, S]: 0 along an axis of length 1."""
-    return tuple(0 if n == 1 else i for n, i in zip(shape, (b, h, q, k)))
-
-
-class _Layout:
-    """Where a query and a key of the kernel's call sit in the case: the sequence (batch item), the
-    position within it, and its offset for the declared causal alignment. Padded (one batch row per
-    sequence) unless the case has variable lengths, then packed into one row with a document index."""
-
-    def __init__(self, case: Case, alignment: str, device: str) -> None:
-        B, T, S = case.B, case.T, case.S
-        self.packed = case.is_varlen
-        if self.packed:
-            tq = np.full(B, T) if case.seqlens_q is None else np.asarray(case.seqlens_q, dtype=np.int64)
-            sk = np.full(B, S) if case.seqlens_k is None else np.asarray(case.seqlens_k, dtype=np.int64)
-        else:
-            tq, sk = np.full(B, T), np.full(B, S)
-        self.tq, self.sk = tq, sk
-        off = sk - tq if alignment == "bottom-right" else np.zeros(B, dtype=np.int64)
-
-        def t(a):
-            return torch.as_tensor(np.asarray(a, dtype=np.int64), device=device)
-
-        self.off = t(off)
-        if self.packed:
-            self.doc_q = t(np.repeat(np.arange(B), tq))
-            self.doc_k = t(np.repeat(np.arange(B), sk))
-            self.loc_q = t(np.concatenate([np.arange(n) for n in tq]) if tq.sum() else np.zeros(0))
-            self.loc_k = t(np.concatenate([np.arange(n) for n in sk]) if sk.sum() else np.zeros(0))
-            self.Q_LEN, self.KV_LEN = int(tq.sum()), int(sk.sum())
-        else:
-            self.Q_LEN, self.KV_LEN = T, S
-
-    def where(self, b, q_idx, kv_idx):
-        """(sequence, query position, key position, same sequence or None)."""
-        if not self.packed:
-            return b, q_idx, kv_idx, None
-        return self.doc_q[q_idx], self.loc_q[q_idx], self.loc_k[kv_idx], self.doc_q[q_idx] == self.doc_k[kv_idx]
-
-    def pack(self, x: torch.Tensor, lengths: np.ndarray) -> torch.Tensor:
-        """[B, H, L, D] -> [1, H, sum(lengths), D]: each sequence's first lengths[b] rows, in order."""
-        if not self.packed:
-            return x
-        parts = [x[b, :, : int(n)] for b, n in enumerate(lengths)]
-        return torch.cat(parts, dim=1)[None] if parts else x[:1, :, :0]
-
-    def unpack(self, out: torch.Tensor, B: int, T: int) -> torch.Tensor:
-        """[1, H, sum(tq), D] -> [B, H, T, D] with zeros on the padding rows."""
-        if not self.packed:
-            return out
-        full = out.new_zeros((B, out.shape[1], T, out.shape[3]))
-        start = 0
-        for b, n in enumerate(self.tq):
-            full[b, :, : int(n)] = out[0, :, start : start + int(n)]
-            start += int(n)
-        return full
 
 
 class TorchFlex:
@@ -135,7 +72,7 @@ class TorchFlex:
         return None
 
     # -- the two functions ------------------------------------------------------------------------
-    def _mask_mod(self, case: Case, where: _Layout):
+    def _mask_mod(self, case: Case, where: Layout):
         """(mask_mod or None, B argument, H argument) of the block mask."""
         dev = self.device
         mask = None
@@ -154,7 +91,7 @@ class TorchFlex:
             seq, i, j, same = where.where(b, q_idx, kv_idx)
             ok = j >= 0 if same is None else same
             if mask is not None:
-                ok = ok & ~mask[_index(tuple(mask.shape), seq, h, i, j)]
+                ok = ok & ~mask[index(tuple(mask.shape), seq, h, i, j)]
             pos = i + where.off[seq]
             if causal:
                 ok = ok & (j <= pos)
@@ -168,7 +105,7 @@ class TorchFlex:
         per_head = mask is not None and mask.shape[1] > 1
         return mask_mod, (case.B if per_batch else None), (case.Hq if per_head else None)
 
-    def _score_mod(self, case: Case, where: _Layout):
+    def _score_mod(self, case: Case, where: Layout):
         dev = self.device
         bias = None
         if case.bias is not None:
@@ -189,7 +126,7 @@ class TorchFlex:
             if cap is not None:
                 score = cap * torch.tanh(score / cap)
             if bias is not None:
-                score = score + bias[_index(tuple(bias.shape), seq, h, i, j)]
+                score = score + bias[index(tuple(bias.shape), seq, h, i, j)]
             if slopes is not None:
                 score = score - slopes[seq, h] * torch.abs(i + where.off[seq] - j)
             return score
@@ -210,7 +147,7 @@ class TorchFlex:
         if case.dropout_p > 0 or case.sinks is not None:  # no argument or mod says either: refused, not ignored
             raise NotApplicable("FlexAttention has no dropout" if case.dropout_p > 0 else "no attention sinks here")
 
-        where = _Layout(case, self.declaration.causal_alignment, self.device)
+        where = Layout(case, self.declaration.causal_alignment, self.device)
         mask_mod, mb, mh = self._mask_mod(case, where)
         score_mod = self._score_mod(case, where)
         q, k, v = where.pack(q, where.tq), where.pack(k, where.sk), where.pack(v, where.sk)
