@@ -411,6 +411,13 @@ class Declaration:
     # its ``kernel_ran`` report must show; None: not claimed.
     memory_scaling: MemoryScaling | None = None
     backend: str | None = None
+    # How the kernel runs, not what it computes: True when it compiles a program for each new input
+    # structure (shapes, strides, dtypes, static arguments: XLA's jit, torch.compile, Triton, TVM), so
+    # that a certification's cost is the number of distinct shapes it meets. The ci profile then takes
+    # every case's shapes from a few buckets (conformance/harness/cases/buckets.py), each value class
+    # of the case space still reached; discovery measures it (a new shape's first call against its
+    # second). No clause's verdict depends on it.
+    compiles_per_shape: bool = False
     notes: str = ""
 
     def __post_init__(self) -> None:

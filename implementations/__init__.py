@@ -22,6 +22,10 @@ BUILTINS: dict[str, str] = {
     "torch-sdpa-cuda-efficient": "implementations.torch_sdpa:cuda_efficient",
     "torch-sdpa-cuda-cudnn": "implementations.torch_sdpa:cuda_cudnn",
     "torch-sdpa-cuda-math": "implementations.torch_sdpa:cuda_math",
+    "torch-compile": "implementations.torch_compile:cpu",
+    "torch-compile-cuda": "implementations.torch_compile:cuda",
+    "torch-flex": "implementations.torch_flex:cpu",
+    "torch-flex-cuda": "implementations.torch_flex:cuda",
     "jax": "implementations.jax_attention:xla",
     "jax-cudnn": "implementations.jax_attention:cudnn",
     "onnxruntime": "implementations.onnxruntime_attention:onnxruntime_cpu",
@@ -32,3 +36,9 @@ BUILTINS: dict[str, str] = {
     "hf-sdpa": "implementations.hf_sdpa:hf_sdpa",
     "mlx": "implementations.mlx_attention:mlx_cpu",
 }
+
+# Built-ins a bare ``pytest`` leaves out of its certification of every built-in: they compile a
+# program per input structure (minutes of compiling, cold), so they are certified by name
+# (``pytest --impl=torch-compile``, ``tox -e torch-compile``) and in the matrix. The self-tests check
+# their declarations on a few structures (tests/test_compiled_adapters.py).
+BY_NAME_ONLY: frozenset[str] = frozenset({"torch-compile", "torch-compile-cuda", "torch-flex", "torch-flex-cuda"})

@@ -22,6 +22,12 @@ function's; False always folds the causal part into the mask (in the declared al
 a declared ``rejects_with`` class (or NotApplicable), calls again with the causal part folded.
 Those refusals are recorded in ``combination_refusals``. A boolean mask together with an additive
 bias is folded into one float mask with ``-inf``.
+
+A function wrapped by ``torch.compile`` is called with dynamo's recompile limits raised
+(``_torch.compiled_throughout``): under the default limit it would run eagerly after its eighth input
+structure, and the certification would test the eager function. Such a function compiles a program
+per structure: ``--declare compiles_per_shape=true`` (or ``--discover``) takes the ci profile's
+shapes from a few buckets.
 """
 
 from __future__ import annotations
@@ -68,7 +74,7 @@ class FunctionAdapter:
         return None
 
     def _invoke(self, case: Case, q, k, v, fold_causal: bool):
-        from implementations._torch import manual_seed, sdpa_kwargs
+        from implementations._torch import compiled_throughout, manual_seed, sdpa_kwargs
 
         decl = self.declaration
         kwargs = sdpa_kwargs(
@@ -82,7 +88,8 @@ class FunctionAdapter:
         if self._accepts_gqa and "enable_gqa" not in kwargs:
             kwargs["enable_gqa"] = False
         manual_seed(case.seed)
-        return self.fn(q, k, v, **kwargs)
+        with compiled_throughout(self.fn):
+            return self.fn(q, k, v, **kwargs)
 
     def _rejects_combination(self, exc: Exception) -> bool:
         """A refusal of is_causal + attn_mask: NotApplicable, or a class the function declares it

@@ -119,7 +119,7 @@ __all__ = ["JaxAttention", "xla", "cudnn"]
 def _to_jax(a: np.ndarray) -> jax.Array:
     # ml_dtypes.bfloat16 is jax's own bfloat16, so every dtype crosses without conversion. device_put, not
     # jnp.asarray: the latter compiles a small copy program per input shape (a third of all XLA compilations
-    # of a cold certification, counted with scripts/jax_compiles.py); device_put compiles nothing.
+    # of a cold certification, counted by scripts/program_count.py); device_put compiles nothing.
     return jax.device_put(np.array(a, copy=True))
 
 
@@ -219,10 +219,6 @@ def _variant_args(case: Case) -> tuple[Any, Any, Any]:
 
 class JaxAttention:
     """``jax.nn.dot_product_attention`` with one fixed ``implementation``."""
-
-    # XLA compiles every new shape (about 0.3 s each on this CPU, cold): the drawn clauses take
-    # their shapes from a few buckets in the ci profile (harness.cases.strategies.space_for).
-    compiles_per_shape = True
 
     def __init__(self, name: str, implementation: str | None, declaration: Declaration) -> None:
         self.name = name
@@ -450,6 +446,7 @@ _XLA = Declaration(
     lse_base="e",
     lse_empty="large-negative",
     backend="xla",
+    compiles_per_shape=True,  # XLA compiles every new shape (about 0.3 s each on this CPU, cold)
     notes=(
         "jax 0.10 jax.nn.dot_product_attention, implementation='xla', jitted (float16 on CPU runs "
         "un-jitted: jit fails with F16_F16_F32 unsupported by dot_general on CPU). Measured: rows "

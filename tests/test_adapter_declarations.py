@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 
 import numpy as np
 import pytest
@@ -40,6 +41,16 @@ ADAPTERS = [
     ("hf_sdpa", "hf_sdpa", "hf-sdpa", "transformers"),
     ("mlx_attention", "mlx_cpu", "mlx", "mlx"),
 ]
+# The compiled built-ins compile a program per structure (seconds each, cold): measured here only with
+# SDPA_CONFORMANCE_COMPILED=1, as tox -e torch-compile / torch-flex run it (tests/test_compiled_adapters.py
+# checks them on a few structures in every run).
+if os.environ.get("SDPA_CONFORMANCE_COMPILED") == "1":
+    ADAPTERS += [
+        ("torch_compile", "cpu", "torch-compile", "torch"),
+        ("torch_compile", "cuda", "torch-compile-cuda", "torch"),
+        ("torch_flex", "cpu", "torch-flex", "torch"),
+        ("torch_flex", "cuda", "torch-flex-cuda", "torch"),
+    ]
 
 # Allowed |measured - reference| <= ATOL + RTOL * |reference|, per working dtype. Generous enough
 # for every backend's accumulation order; the conventions tested here differ by O(1).

@@ -99,13 +99,13 @@ def test_space_reaches_the_named_features():
 
 @pytest.mark.parametrize("name", sorted(DECLARATIONS))
 def test_compiling_kernels_meet_few_structures(name):
-    """A kernel that compiles per shape (``compiles_per_shape = True``) gets the ci profile's few
+    """A kernel that compiles per shape (``compiles_per_shape=True``) gets the ci profile's few
     structures: every drawn case keys one of at most len(COMPILING_STRUCTURES) compiled programs,
     and each is still admitted by the declaration."""
     decl = DECLARATIONS[name]
-    sp = strategies.space_for(SimpleNamespace(adapter=SimpleNamespace(compiles_per_shape=True)))
+    sp = strategies.space_for(SimpleNamespace(declaration=decl.replace(compiles_per_shape=True)))
     assert sp.structures == strategies.COMPILING_STRUCTURES
-    assert strategies.space_for(SimpleNamespace(adapter=object())) is strategies.CI_SPACE
+    assert strategies.space_for(SimpleNamespace(declaration=decl)) is strategies.CI_SPACE
     keys = set()
     for d in _draw_all(decl, 60, sp=sp):
         c = d.case

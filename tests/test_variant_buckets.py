@@ -2,7 +2,7 @@
 profile, conformance.harness.cases.buckets.spread) still catch every mutant they claim there.
 
 test_clauses_bite.py runs the mutants as kernels that do not compile per shape (every case in every
-dtype); here they run behind ``compiles_per_shape = True``, as jax does, where each case of
+dtype); here they run declaring ``compiles_per_shape=True``, as jax does, where each case of
 WINDOW-ALIGN-02, WINDOW-CAUSAL-03, VARLEN-EDGES-04, KV-LENGTHS-01, LSE-01 and LSE-GQA-02 runs in one
 dtype only, and must still fail the clause in some dtype, while the correct kernel passes in all.
 """

@@ -10,6 +10,8 @@ check itself is ``compare.assert_outputs_agree``, the same one ``compare.assert_
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
@@ -39,15 +41,20 @@ def _draw_case(
     data, impl: GuardedAdapter, dtype: str, seed: int, *, mask: bool = True, min_s: int = 1, square: bool = False
 ) -> Case:
     decl = impl.declaration
-    shp = data.draw(
-        shapes(gqa=decl.gqa, square_dims=square or decl.requires_dk_eq_dv, sp=space_for(impl)), label="shape"
-    )
+    sp = space_for(impl, dtype)
+    masked = None
+    if sp.structures:  # a kernel compiling per shape: one structure, masked when it has a mask (one program)
+        one = data.draw(st.sampled_from(sp.structures), label="structure")
+        sp, masked = dataclasses.replace(sp, structures=(one,)), one.mask_form != "none"
+    shp = data.draw(shapes(gqa=decl.gqa, square_dims=square or decl.requires_dk_eq_dv, sp=sp), label="shape")
     S = max(shp.S, min_s)
     Dk, Dv = shp.Dk, shp.Dv
     if decl.max_head_dim is not None:
         Dk, Dv = min(Dk, decl.max_head_dim), min(Dv, decl.max_head_dim)
     m = None
-    if mask and decl.bool_mask and data.draw(st.booleans(), label="masked"):
+    if masked is None and mask and decl.bool_mask:
+        masked = data.draw(st.booleans(), label="masked")
+    if mask and decl.bool_mask and masked:
         m = random_mask(seed, (shp.B, 1, shp.T, S), p_blocked=0.35)
     case = random_case(seed, B=shp.B, Hq=shp.Hq, Hkv=shp.Hkv, T=shp.T, S=S, Dk=Dk, Dv=Dv, dtype=dtype, mask=m)
     impl.require(case)

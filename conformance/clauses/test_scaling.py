@@ -99,7 +99,8 @@ def test_score_variance_near_one(impl):
     kills=["scale_by_sqrt_dv", "no_scaling"],
 )
 def test_default_scale_uses_dk(impl, dtype):
-    for seed, (dk, dv) in enumerate(((16, 4), (4, 32)), start=80):
+    # A kernel compiling per shape checks each (Dk, Dv) in one dtype (harness.cases.buckets.spread).
+    for seed, (dk, dv) in buckets.spread(impl, dtype, list(enumerate(((16, 4), (4, 32)), start=80))):
         case = random_case(seed, B=1, Hq=2, T=4, S=6, Dk=dk, Dv=dv, dtype=dtype, magnitude=1.5)
         impl.require(case)
         compare.assert_output_matches(impl, case)

@@ -29,6 +29,7 @@ from conformance.harness.run import (
     ordering,
     pair_coverage,
     perf,
+    programs,
     quiet_summary,
     runstate,
     selfdefense,
@@ -47,6 +48,8 @@ SUBPLUGINS = (
     coverage.CHANNEL,
     pair_coverage,
     pair_coverage.CHANNEL,
+    programs,
+    programs.CHANNEL,
     ordering,
     perf,
     expectations_plugin,
@@ -82,7 +85,7 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(exc)) from None
     explicit = bool(specs)
     if not specs:
-        specs = list(registry.builtin_names())
+        specs = registry.default_names()
     state = State(specs, explicit, declare, overrides, config.getoption(runstate.OPT_CALL_TIMEOUT), profile)
     config.stash[runstate.STATE_KEY] = state
     if not explicit and not runstate.is_xdist_worker(config):

@@ -25,6 +25,7 @@ import pytest
 
 from conformance.contract import Case, Declaration, NotApplicable, np_dtype
 from conformance.harness.calls.call_timeout import DEFAULT_CALL_TIMEOUT, CallTimedOut, call_with_timeout
+from conformance.harness.calls.programs import ProgramLog
 from conformance.harness.cases import cells as space_cells
 from conformance.harness.cases import features as causes_features
 from conformance.harness.cases.admitted import admitted
@@ -82,6 +83,7 @@ class GuardedAdapter:
         self.timeout = timeout
         self.calls = 0
         self.rejected: list[str] = []  # reasons for cases hypothesis had to discard
+        self.programs = ProgramLog()  # structures met in this process, and the time of first calls
         self.begin()
 
     def __repr__(self) -> str:  # shown in hypothesis' falsifying examples: keep it short
@@ -170,7 +172,9 @@ class GuardedAdapter:
         refusals = causes_features.refusal_count(self.adapter)
         self.recent_calls.append((case, what, None, None))
         try:
-            result = _call_with_timeout(fn, self.timeout, f"{self.name}.{what}", case)
+            result = self.programs.call(
+                case, what, lambda: _call_with_timeout(fn, self.timeout, f"{self.name}.{what}", case)
+            )
         except NotApplicable as exc:
             self.refused.append(case.describe())
             flags = declarations_ruling_out(case, self.declaration)
@@ -223,7 +227,13 @@ class GuardedAdapter:
         that returns or raises is a case run; a hang still fails the clause (``AdapterError``)."""
         self.calls += 1
         try:
-            result = _call_with_timeout(lambda: self.adapter.forward(case), self.timeout, f"{self.name}.forward", case)
+            result = self.programs.call(
+                case,
+                "forward",
+                lambda: _call_with_timeout(
+                    lambda: self.adapter.forward(case), self.timeout, f"{self.name}.forward", case
+                ),
+            )
         except AdapterError:
             raise
         except Exception as exc:  # noqa: BLE001 - the caller judges the exception

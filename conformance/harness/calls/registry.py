@@ -23,7 +23,16 @@ from typing import Any
 from conformance.harness.calls import signatures
 from conformance.harness.calls.declare import ImplSpecError, _parse_as, expected_phrase, parse_declare
 
-__all__ = ["ImplSpecError", "Resolved", "_parse_as", "expected_phrase", "known_names", "parse_declare", "resolve"]
+__all__ = [
+    "ImplSpecError",
+    "Resolved",
+    "_parse_as",
+    "default_names",
+    "expected_phrase",
+    "known_names",
+    "parse_declare",
+    "resolve",
+]
 
 ENTRY_POINT_GROUP = "sdpa_conformance.adapters"
 FORMS = (
@@ -53,6 +62,14 @@ def builtin_names() -> dict[str, str]:
     from implementations import BUILTINS
 
     return dict(BUILTINS)
+
+
+def default_names() -> list[str]:
+    """The built-ins a run without ``--impl`` certifies: every one but ``implementations.BY_NAME_ONLY``
+    (kernels that compile per shape, whose certification is minutes of compiling: named, they run)."""
+    from implementations import BUILTINS, BY_NAME_ONLY
+
+    return [name for name in BUILTINS if name not in BY_NAME_ONLY]
 
 
 def plugin_names() -> dict[str, str]:

@@ -4,7 +4,7 @@ Why: a jitted kernel (jax) compiles one XLA program per distinct (shapes, dtype,
 forward or VJP); cold, that compilation, not the arithmetic, is its certification cost (jax
 once ran ~13x numpy's time, nearly all of it compiling). The hand-built clauses each chose
 their own B, H, T, S, D, so almost no two of them shared a program. Two tools cut that, both only
-when :func:`bucketed` (the adapter says ``compiles_per_shape = True`` and the profile is ci; the
+when :func:`bucketed` (the declaration says ``compiles_per_shape=True`` and the profile is ci; the
 drawn clauses use the same switch, ``strategies.space_for``):
 
 * :func:`dims`: a clause asks for "a case of this shape class" (self-attention T == S, T < S,

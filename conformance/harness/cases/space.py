@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from hypothesis import strategies as st
 
-from conformance.contract import Declaration
+from conformance.contract import DTYPES, Declaration
 from conformance.harness.cases.profiles import profile_name
 
 MASK_FORMS: tuple[str, ...] = ("none", "[T,S]", "[1,1,T,S]", "[B,1,T,S]", "[1,H,T,S]", "[B,H,T,S]", "[B,1,1,S]")
@@ -41,6 +41,9 @@ class Structure:
     bias_form: str
     is_causal: bool
     scale: float | None
+    # The memory layout of Q, K and V (harness.cases.drawn_arrays.LAYOUTS), which a compiler keys its
+    # program on too (strides); None: drawn freely (the free space), set: this structure's own.
+    layout: str | None = None
 
     def admitted(self, decl: Declaration) -> Structure:
         """This structure with every feature ``decl`` rules out turned off (never rejected)."""
@@ -81,17 +84,18 @@ CI_SPACE = Space()
 THOROUGH_SPACE = Space(max_len=17, tail_percent=10, max_empty_rows=3)
 # For kernels that compile per shape, in the ci profile: eight structures that between them meet
 # every T/S relation (decode T = 1, S = 1, a tile tail), B and H > 1, GQA 1:1 to 8:1 and MQA, every
-# broadcast form of both masks, both together, causal with each, custom scales, head dims off 8 and
-# Dk != Dv. The first is the simplest, where a failure shrinks to when it can.
+# broadcast form of both masks, both together, causal with each, custom scales, head dims off 8,
+# Dk != Dv, and each memory layout (a layout is part of a compiled program: strides are keyed on).
+# The first is the simplest, where a failure shrinks to when it can.
 COMPILING_STRUCTURES: tuple[Structure, ...] = (
-    Structure(1, 1, 1, 1, 1, 8, 8, "none", "none", False, None),
-    Structure(2, 1, 8, 1, 7, 8, 8, "[B,1,1,S]", "[1,H,T,S]", False, None),
-    Structure(2, 2, 2, 5, 5, 16, 16, "[B,1,1,S]", "[B,H,T,S]", True, 0.5),
-    Structure(3, 1, 4, 4, 9, 3, 5, "[B,H,T,S]", "[1,1,T,S]", True, None),
-    Structure(2, 2, 3, 9, 4, 8, 8, "[1,H,T,S]", "[T,S]", False, 0.25),
-    Structure(2, 2, 1, 6, 1, 5, 8, "[T,S]", "[B,1,T,S]", True, None),
-    Structure(1, 2, 2, 33, 33, 8, 8, "[B,1,T,S]", "[B,1,1,S]", True, 1.0),
-    Structure(2, 1, 2, 3, 6, 8, 8, "[1,1,T,S]", "none", False, None),
+    Structure(1, 1, 1, 1, 1, 8, 8, "none", "none", False, None, "contiguous"),
+    Structure(2, 1, 8, 1, 7, 8, 8, "[B,1,1,S]", "[1,H,T,S]", False, None, "broadcast"),
+    Structure(2, 2, 2, 5, 5, 16, 16, "[B,1,1,S]", "[B,H,T,S]", True, 0.5, "non-contiguous"),
+    Structure(3, 1, 4, 4, 9, 3, 5, "[B,H,T,S]", "[1,1,T,S]", True, None, "contiguous"),
+    Structure(2, 2, 3, 9, 4, 8, 8, "[1,H,T,S]", "[T,S]", False, 0.25, "non-contiguous"),
+    Structure(2, 2, 1, 6, 1, 5, 8, "[T,S]", "[B,1,T,S]", True, None, "broadcast"),
+    Structure(1, 2, 2, 33, 33, 8, 8, "[B,1,T,S]", "[B,1,1,S]", True, 1.0, "contiguous"),
+    Structure(2, 1, 2, 3, 6, 8, 8, "[1,1,T,S]", "none", False, None, "non-contiguous"),
 )
 
 
@@ -104,11 +108,22 @@ def space(compiles_per_shape: bool = False) -> Space:
     return CI_SPACE
 
 
-def space_for(impl: object) -> Space:
-    """The space to draw for the kernel under test: bucketed shapes in the ci profile when its
-    adapter says it compiles per shape (an optional ``compiles_per_shape = True`` attribute)."""
-    adapter = getattr(impl, "adapter", impl)
-    return space(bool(getattr(adapter, "compiles_per_shape", False)))
+def space_for(impl: object, dtype: str | None = None) -> Space:
+    """The space to draw for the kernel under test (a guarded adapter or an adapter): bucketed shapes
+    in the ci profile when its declaration says it compiles per shape (``compiles_per_shape``).
+
+    With ``dtype``, a bucketed kernel's structures are dealt round robin over its declared dtypes (the
+    first to the first declared dtype, as ``harness.cases.buckets.spread`` deals a clause's shapes):
+    each dtype's run draws from its share, so across the run every structure is drawn and each
+    structure compiles in one dtype, not in all of them. A dtype outside the declaration keeps all."""
+    decl = getattr(impl, "declaration", None)
+    sp = space(bool(getattr(decl, "compiles_per_shape", False)))
+    declared = [d for d in DTYPES if d in getattr(decl, "dtypes", DTYPES)]
+    if sp.structures is None or dtype not in declared:
+        return sp
+    k, n = declared.index(dtype), len(declared)
+    share = tuple(one for i, one in enumerate(sp.structures) if i % n == k) or (sp.structures[k % len(sp.structures)],)
+    return dataclasses.replace(sp, structures=share)
 
 
 def _mostly_not_first(options) -> st.SearchStrategy:

@@ -200,7 +200,7 @@ def configs(draw, decl: Declaration, dtype: str, *, sp: Space | None = None, gra
             if arr is not None:
                 arr[(*drawn_arrays.own_index(arr.shape, b, h, t), 0)] = False if arr.dtype == bool else 0.0
     # -- values, layout ---------------------------------------------------------------------------
-    layout = draw(st.sampled_from(drawn_arrays.LAYOUTS))
+    layout = shape.layout or draw(st.sampled_from(drawn_arrays.LAYOUTS))
     q_axis, kv_axis = drawn_arrays.broadcast_axis(B, Hq), drawn_arrays.broadcast_axis(B, Hkv)
     if layout == "broadcast" and q_axis is None and kv_axis is None:
         layout = "contiguous"  # B = H = 1: nothing to broadcast along

@@ -93,6 +93,7 @@ def discover(
 ) -> Discovery:
     """Probe ``adapter`` (its declaration is restored afterwards); ``pinned`` fields are not probed."""
     from conformance.harness.discovery import blocked as discovery_blocked
+    from conformance.harness.discovery import compiling as discovery_compiling
     from conformance.harness.discovery import conventions as discovery_conventions
     from conformance.harness.discovery import formulations as discovery_formulations
     from conformance.harness.discovery import precision as discovery_precision
@@ -112,6 +113,7 @@ def discover(
         discovery_precision.upcast,
         *discovery_probes.LIMITS,
         *discovery_tiers.TIERS,
+        discovery_compiling.compiles_per_shape,
     )
     try:  # rejects_with first: whether a failed call is a rejection or a crash depends on it (Outcome.rejection)
         for probe in (

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from conformance.contract import DTYPES
+from conformance.harness.calls import programs
 from conformance.harness.discovery.discover import declare_text
 from conformance.harness.records import coverage_tables
 
@@ -99,6 +100,8 @@ def render_markdown(doc: dict) -> str:
             out += coverage_tables.cells_markdown(a["space_coverage"])
         if a.get("pair_coverage"):
             out += coverage_tables.pairs_markdown(a["pair_coverage"])
+        if (a.get("programs") or {}).get("calls"):  # the distinct structures, and the time of first calls
+            out += ["\n## Programs\n", programs.sentence(a["programs"], a["declaration"].get("compiles_per_shape"))]
         out.append("\n## Error against the float64 oracle, per dtype\n")
         out.append(f"Source: {a['error_stats_source']}.\n")
         if a["error_stats"]:
