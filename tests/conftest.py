@@ -16,11 +16,19 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     environment says PYTHONDONTWRITEBYTECODE (this machine's does): 1.4 s of every child's start.
     The self-test session lets its children, and itself, keep bytecode caches (in the git-ignored
     __pycache__ folders), so the first child compiles and the others reuse. A certification run
-    (`pytest --impl=X`) leaves the user's setting alone."""
+    (`pytest --impl=X`) leaves the user's setting alone, and its search for the worst failing case on."""
     from conformance.harness.run.runstate import OPT_IMPL
+    from conformance.harness.run.worst_case import ENV as WORST_CASE_ENV
+
+    def worst_case_env() -> str:
+        return WORST_CASE_ENV
 
     if session.config.getoption(OPT_IMPL):
         return
+    # The self-tests check that a mutant fails, not which of its failing cases is the worst: the search
+    # for it (harness.run.worst_case, up to six more runs of each failing clause test) is left to the
+    # tests about it (tests/test_trust.py, tests/test_causes*.py turn it back on).
+    os.environ.setdefault(worst_case_env(), "0")
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     sys.dont_write_bytecode = False
 

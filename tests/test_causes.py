@@ -23,6 +23,14 @@ pytestmark = pytest.mark.usefixtures("restore_hypothesis_profile")
 CLAUSES = Path(__file__).resolve().parents[1] / "conformance" / "clauses"
 
 
+@pytest.fixture(autouse=True)
+def _worst_case_search(monkeypatch):
+    """These tests read causes, which the search for each clause test's worst failing case shapes."""
+    from conformance.harness.run.worst_case import ENV
+
+    monkeypatch.setenv(ENV, "1")
+
+
 def _key(*feats: str) -> str:
     return cf.JOIN.join(feats)
 

@@ -20,6 +20,14 @@ if kernels.UNAVAILABLE:
 CLAUSES = Path(__file__).resolve().parents[1] / "conformance" / "clauses"
 
 
+@pytest.fixture(autouse=True)
+def _worst_case_search(monkeypatch):
+    """These tests read causes, which the search for each clause test's worst failing case shapes."""
+    from conformance.harness.run.worst_case import ENV
+
+    monkeypatch.setenv(ENV, "1")
+
+
 def test_keras_numpy_first_cause_is_float64(pytester, tmp_path):
     cert = tmp_path / "cert.json"
     spec = "tests.cause_kernels_keras:keras_sdpa"

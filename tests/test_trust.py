@@ -26,6 +26,14 @@ pytestmark = pytest.mark.usefixtures("restore_hypothesis_profile")
 CLAUSES = Path(__file__).resolve().parents[1] / "conformance" / "clauses"
 
 
+@pytest.fixture(autouse=True)
+def _worst_case_search(monkeypatch):
+    """These tests read causes, which the search for each clause test's worst failing case shapes."""
+    from conformance.harness.run.worst_case import ENV
+
+    monkeypatch.setenv(ENV, "1")
+
+
 def _certify(pytester, tmp_path, kernel: str, *args: str) -> tuple[object, dict, str]:
     """(result, the adapter's certificate entry, stdout) of one in-process certification."""
     cert = tmp_path / "cert.json"

@@ -47,7 +47,7 @@ FORMULA = Source(
 @examples(50)
 @given(data=st.data())
 def test_agrees_with_oracle(impl, dtype, data):
-    drawn = data.draw(configs(impl.declaration, dtype, sp=space_for(impl, dtype)), label="case")
+    drawn = data.draw(configs(impl.declaration, dtype, sp=space_for(impl)), label="case")
     impl.require(drawn.case)  # never rejects: the strategy draws only what the declaration admits
     with aiming():
         compare.assert_output_matches(impl, drawn.case)

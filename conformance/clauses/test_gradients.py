@@ -130,7 +130,7 @@ def test_vjp_over_the_space(impl, dtype, data):
     failure to a small case. Rows blocked entirely are drawn unless the declared fill is NaN (its
     backward is NaN by declaration)."""
     _needs_grad(impl)
-    drawn = data.draw(configs(impl.declaration, dtype, sp=space_for(impl, dtype), grad=True), label="case")
+    drawn = data.draw(configs(impl.declaration, dtype, sp=space_for(impl), grad=True), label="case")
     impl.require(drawn.case)  # never rejects: the strategy draws only what the declaration admits
     with aiming():
         compare.assert_vjp_matches(impl, drawn.case, drawn.grad_out)

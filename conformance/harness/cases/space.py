@@ -78,6 +78,7 @@ class Space:
     tail_percent: int = 4
     max_empty_rows: int = 2
     structures: tuple[Structure, ...] | None = None
+    dealt_for: str | None = None  # the dtype whose share ``structures`` is (:func:`share`)
 
 
 CI_SPACE = Space()
@@ -110,20 +111,25 @@ def space(compiles_per_shape: bool = False) -> Space:
 
 def space_for(impl: object, dtype: str | None = None) -> Space:
     """The space to draw for the kernel under test (a guarded adapter or an adapter): bucketed shapes
-    in the ci profile when its declaration says it compiles per shape (``compiles_per_shape``).
-
-    With ``dtype``, a bucketed kernel's structures are dealt round robin over its declared dtypes (the
-    first to the first declared dtype, as ``harness.cases.buckets.spread`` deals a clause's shapes):
-    each dtype's run draws from its share, so across the run every structure is drawn and each
-    structure compiles in one dtype, not in all of them. A dtype outside the declaration keeps all."""
+    in the ci profile when its declaration says it compiles per shape (``compiles_per_shape``); with
+    ``dtype``, its share of them (:func:`share`)."""
     decl = getattr(impl, "declaration", None)
     sp = space(bool(getattr(decl, "compiles_per_shape", False)))
+    return sp if dtype is None else share(sp, decl, dtype)
+
+
+def share(sp: Space, decl: object, dtype: str) -> Space:
+    """A bucketed kernel's structures dealt round robin over its declared dtypes (the first to the first
+    declared dtype, as ``harness.cases.buckets.spread`` deals a clause's shapes): each dtype's run draws
+    from its share, so across the run every structure is drawn and each structure compiles in one dtype,
+    not in all of them. A dtype outside the declaration keeps all; a space already dealt is kept (the
+    property clauses' ``configs`` deals what ``space_for`` gives them)."""
     declared = [d for d in DTYPES if d in getattr(decl, "dtypes", DTYPES)]
-    if sp.structures is None or dtype not in declared:
+    if sp.structures is None or dtype not in declared or sp.dealt_for is not None:
         return sp
     k, n = declared.index(dtype), len(declared)
-    share = tuple(one for i, one in enumerate(sp.structures) if i % n == k) or (sp.structures[k % len(sp.structures)],)
-    return dataclasses.replace(sp, structures=share)
+    dealt = tuple(one for i, one in enumerate(sp.structures) if i % n == k) or (sp.structures[k % len(sp.structures)],)
+    return dataclasses.replace(sp, structures=dealt, dealt_for=dtype)
 
 
 def _mostly_not_first(options) -> st.SearchStrategy:

@@ -26,6 +26,7 @@ from conformance.harness.cases.space import (
     Space,
     Structure,
     free_structure,
+    share,
     space,
     space_for,
 )
@@ -160,7 +161,7 @@ def configs(draw, decl: Declaration, dtype: str, *, sp: Space | None = None, gra
     from conformance.contract import Case
     from conformance.oracle import blocked_and_bias, causal_blocked
 
-    sp = sp or space()
+    sp = share(sp or space(), decl, dtype)  # a bucketed kernel's share of the structures for this dtype
     if sp.structures:
         shape = draw(st.sampled_from(sp.structures)).admitted(decl)
     else:

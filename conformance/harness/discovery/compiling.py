@@ -1,18 +1,20 @@
 """Discovery's compiling probe: does the kernel compile a program for each new input structure?
 
-A kernel that compiles per shape (XLA's jit, torch.compile, Triton, TVM) spends its first call of a
-new shape compiling and its second call of the same shape computing; one that does not takes about
-as long for both. The probe calls three shapes no other probe uses, each three times, and records
-``compiles_per_shape = true`` when every first call took at least :data:`FACTOR` times the faster of
-the two calls after it and :data:`MIN_EXTRA` seconds more: a pause of a busy machine would have to
-fall on all three first calls to fake it, and on both repeats of a shape to hide it. It is
+A kernel that compiles per shape (XLA's jit, torch.compile, Triton, TVM) spends its first call of a new
+shape compiling and its second call of the same shape computing; one that does not takes about as long
+for both. The probe calls three shapes no other probe uses (new ones at each discovery), each three
+times, and records ``compiles_per_shape = true`` when every first call took at least :data:`FACTOR`
+times the faster of the two calls after it and :data:`MIN_EXTRA` seconds more: a pause of a busy machine
+would have to fall on all three first calls to fake it, and on both repeats of a shape to hide it. It is
 measured, like every field, but it changes no verdict: it decides whether the ci profile takes the
-kernel's shapes from a few buckets (``harness.cases.buckets``), which is what makes a compiling
-kernel's certification minutes, not hours.
+kernel's shapes from a few buckets (``harness.cases.buckets``), which is what makes a compiling kernel's
+certification minutes, not hours.
 """
 
 from __future__ import annotations
 
+import itertools
+import os
 import time
 
 from conformance.harness.discovery import witness as w
@@ -21,7 +23,13 @@ from conformance.harness.discovery.probing import Probing
 
 FACTOR = 5.0
 MIN_EXTRA = 0.05  # seconds: a compilation takes longer (jax ~0.1 s, torch.compile ~0.3 s on a CPU)
-SHAPES = ((11, 13), (12, 14), (13, 15))  # (T, S) that no other probe uses: each first call is a first
+# (T, S) that no other probe uses, new at each discovery of the process and unlikely to be in a compilation
+# cache on disk (a random start): each first call is a first, also when discovery runs twice.
+_NEXT = itertools.count(3 * (int.from_bytes(os.urandom(2), "little") % 64))
+
+
+def _shapes() -> list[tuple[int, int]]:
+    return [(11 + n % 192, 13 + n % 192) for n in (next(_NEXT) for _ in range(3))]
 
 
 def _timed(p: Probing, case) -> tuple[w.Outcome, float]:
@@ -34,7 +42,7 @@ def compiles_per_shape(p: Probing) -> None:
     if p.pinned_here("compiles_per_shape"):
         return
     seen = []
-    for i, (T, S) in enumerate(SHAPES):
+    for i, (T, S) in enumerate(_shapes()):
         case = base(p, 60 + i, T=T, S=S)
         calls = [_timed(p, case) for _ in range(3)]
         failed = next((o.error for o, _ in calls if not o.ok), None)
