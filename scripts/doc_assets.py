@@ -13,7 +13,8 @@ What it writes, from the repository root:
   kernel that aligns causal bottom-right while it declares top-left (``tests/cause_kernels.py``),
   whose failing cases are drawn;
 * ``docs/matrix.md``, ``docs/failing-cases/*.svg`` and ``docs/matrix-html.png``: ``python -m
-  conformance.matrix --jobs 2`` over every built-in available here;
+  conformance.matrix --jobs 2`` over every built-in available here that a bare run certifies (the
+  compiled ones certified by name only join with ``--with-compiled``);
 * ``docs/certificates-compare-html.png``: ``python -m conformance.certificates html`` of three of the
   matrix's certificates side by side;
 * ``docs/assets.json``: for each screenshot, the page it shows, its SHA-256, the clause count and
@@ -94,6 +95,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-matrix", action="store_true", help="keep the committed matrix and its screenshots")
     ap.add_argument("--jobs", default="2", help="the matrix's parallel certifications (default 2)")
     ap.add_argument(
+        "--with-compiled",
+        action="store_true",
+        help="put the built-ins certified by name only (torch.compile, FlexAttention) in the matrix too: each "
+        "takes tens of minutes cold on a 2-core CPU",
+    )
+    ap.add_argument(
         "--screenshots-only", action="store_true", help="retake the screenshots of the pages written by the last run"
     )
     args = ap.parse_args(argv)
@@ -125,7 +132,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     if not args.no_matrix:
         shutil.rmtree(OUT / "matrix", ignore_errors=True)
-        run([py, "-m", "conformance.matrix", "--out", "out/matrix", "--jobs", args.jobs])
+        from conformance.matrix import probe_builtins
+        from implementations import BY_NAME_ONLY
+
+        usable, _ = probe_builtins()
+        columns = [f"--impl={s}" for s in usable if args.with_compiled or s not in BY_NAME_ONLY]
+        run([py, "-m", "conformance.matrix", "--out", "out/matrix", "--jobs", args.jobs, *columns])
         shutil.copyfile(OUT / "matrix" / "matrix.md", DOCS / "matrix.md")
         shutil.rmtree(DOCS / "failing-cases", ignore_errors=True)
         if (OUT / "matrix" / "failing-cases").is_dir():
