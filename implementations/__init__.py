@@ -37,8 +37,14 @@ BUILTINS: dict[str, str] = {
     "mlx": "implementations.mlx_attention:mlx_cpu",
 }
 
+# torch.compile built-ins: inductor compiles C++ (or Triton) per input structure, tens of minutes for a
+# cold certification on a 2-core CPU; the doc assets' matrix leaves them out unless asked
+# (scripts/doc_assets.py --with-compiled).
+INDUCTOR: frozenset[str] = frozenset({"torch-compile", "torch-compile-cuda", "torch-flex", "torch-flex-cuda"})
 # Built-ins a bare ``pytest`` leaves out of its certification of every built-in: they compile a
 # program per input structure (minutes of compiling, cold), so they are certified by name
-# (``pytest --impl=torch-compile``, ``tox -e torch-compile``) and in the matrix. The self-tests check
-# their declarations on a few structures (tests/test_compiled_adapters.py).
-BY_NAME_ONLY: frozenset[str] = frozenset({"torch-compile", "torch-compile-cuda", "torch-flex", "torch-flex-cuda"})
+# (``pytest --impl=torch-compile``, ``tox -e torch-compile``, ``tox -e keras`` for keras-jax) and in the
+# matrix. keras-jax is jax's own XLA attention behind keras (the jax built-in, certified by a bare run,
+# compiles the same programs); alone it was a fifth of a cold bare run's clause time. The self-tests
+# check the declarations of the inductor ones on a few structures (tests/test_compiled_adapters.py).
+BY_NAME_ONLY: frozenset[str] = INDUCTOR | {"keras-jax"}

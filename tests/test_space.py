@@ -47,13 +47,15 @@ DECLARATIONS = {
 }
 
 
-def _draw_all(decl: Declaration, n: int, *, grad: bool = False, sp: strategies.Space = strategies.CI_SPACE) -> list:
+def _draw_all(
+    decl: Declaration, n: int, *, grad: bool = False, sp: strategies.Space = strategies.CI_SPACE, dtype: str = "float32"
+) -> list:
     drawn = []
 
     @settings(max_examples=n, derandomize=True, database=None, deadline=None)
     @given(data=st.data())
     def collect(data):
-        drawn.append(data.draw(strategies.configs(decl, "float32", sp=sp, grad=grad)))
+        drawn.append(data.draw(strategies.configs(decl, dtype, sp=sp, grad=grad)))
 
     collect()
     return drawn
@@ -101,13 +103,15 @@ def test_space_reaches_the_named_features():
 def test_compiling_kernels_meet_few_structures(name):
     """A kernel that compiles per shape (``compiles_per_shape=True``) gets the ci profile's few
     structures: every drawn case keys one of at most len(COMPILING_STRUCTURES) compiled programs,
-    and each is still admitted by the declaration."""
+    and each is still admitted by the declaration, across the declared dtypes (each draws its share)."""
     decl = DECLARATIONS[name]
     sp = strategies.space_for(SimpleNamespace(declaration=decl.replace(compiles_per_shape=True)))
     assert sp.structures == strategies.COMPILING_STRUCTURES
     assert strategies.space_for(SimpleNamespace(declaration=decl)) is strategies.CI_SPACE
     keys = set()
-    for d in _draw_all(decl, 60, sp=sp):
+    # each declared dtype draws from its share of the structures (harness.cases.space.share)
+    drawn = [d for dtype in decl.dtypes for d in _draw_all(decl, 30, sp=sp, dtype=dtype)]
+    for d in drawn:
         c = d.case
         assert not decl.not_supported_reasons(c), d
         shapes = tuple(None if a is None else np.shape(a) for a in (c.query, c.key, c.value, c.mask, c.bias))
