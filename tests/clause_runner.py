@@ -65,12 +65,19 @@ def _without_shrinking(func) -> Iterator[None]:
     """A property clause run on a mutant only has to fail: the shrink phase that would make its
     counterexample small is skipped (a fifth of test_clauses_bite's time). Hypothesis reads the
     settings off the wrapped test at each call, and the examples it generates do not depend on the
-    phases, so the first failing example is the one a full run meets first."""
+    phases, so the first failing example is the one a full run meets first. A covering clause stops at
+    its first failing row and does not shrink it (``test_covering.FIRST_FAILING_ROW``)."""
     from hypothesis import Phase, settings
 
+    from conformance.clauses import test_covering
+
     saved = getattr(func, "_hypothesis_internal_use_settings", None)
-    if saved is None:  # not a property clause
-        yield
+    if saved is None:  # not a property clause; a covering clause stops at its first failing row, unshrunk
+        test_covering.FIRST_FAILING_ROW = True
+        try:
+            yield
+        finally:
+            test_covering.FIRST_FAILING_ROW = False
         return
     func._hypothesis_internal_use_settings = settings(saved, phases=[p for p in saved.phases if p != Phase.shrink])
     try:
