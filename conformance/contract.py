@@ -107,6 +107,21 @@ SCALE_APPLIED: tuple[str, ...] = ("scores", "product", "query")
 # (-0.7 x the input dtype's largest, capped at float32's range: keras, XLA), "-0.7max-float32"
 # (-0.7 x float32's largest whatever the input: logits formed in float32), or a number ("-1e4").
 BLOCKED_FILL_NAMES: tuple[str, ...] = ("min", "-0.7max", "-0.7max-float32")
+# The finite fills discovery and likely causes try, in order: the set fill of -0.7 x float32's largest
+# (XLA, keras's NumPy backend) first, which no float16 witness tells from the others; then the named
+# fills; then the round numbers older code uses.
+FINITE_FILLS: tuple[str, ...] = (
+    "set:-0.7max-float32",
+    "set:-0.7max",
+    "set:min",
+    "add:-0.7max",
+    "add:min",
+    "add:-0.7max-float32",
+    "add:-1e9",
+    "set:-1e9",
+    "add:-1e4",
+    "set:-1e4",
+)
 # The all-blocked policy name a varlen case gets from a kernel whose mean-v fill averages the whole
 # padded key buffer (Declaration.mean_v_keys="buffer"); only the variant oracle knows it.
 MEAN_V_BUFFER = "mean-v-buffer"

@@ -87,3 +87,12 @@ def pytester(_keep_native_frameworks, pytester):
     worker, and jaxlib aborts the whole worker. Keeping those modules loaded is what a real process
     does anyway; it goes through the ``preserve`` hook of pytester's own ``SysModulesSnapshot``."""
     return pytester
+
+
+@pytest.fixture
+def worst_case_search(monkeypatch):
+    """The search for each failing clause test's worst case (harness.run.worst_case), which the self-test
+    session turns off, back on: for the tests that read causes, which it shapes."""
+    from conformance.harness.run.worst_case import ENV
+
+    monkeypatch.setenv(ENV, "1")

@@ -18,17 +18,9 @@ from tests import cause_kernels  # noqa: F401 - loaded with torch before pyteste
 # (the snapshot would otherwise unload torch after the first in-process run; torch cannot be imported twice)
 
 pytest_plugins = ["pytester"]
-pytestmark = pytest.mark.usefixtures("restore_hypothesis_profile")
+pytestmark = pytest.mark.usefixtures("restore_hypothesis_profile", "worst_case_search")
 
 CLAUSES = Path(__file__).resolve().parents[1] / "conformance" / "clauses"
-
-
-@pytest.fixture(autouse=True)
-def _worst_case_search(monkeypatch):
-    """These tests read causes, which the search for each clause test's worst failing case shapes."""
-    from conformance.harness.run.worst_case import ENV
-
-    monkeypatch.setenv(ENV, "1")
 
 
 def _key(*feats: str) -> str:

@@ -11,21 +11,13 @@ from pathlib import Path
 import pytest
 
 pytest_plugins = ["pytester"]
-pytestmark = pytest.mark.usefixtures("restore_hypothesis_profile")
+pytestmark = pytest.mark.usefixtures("restore_hypothesis_profile", "worst_case_search")
 
 kernels = pytest.importorskip("tests.cause_kernels_keras")  # loaded before pytester snapshots sys.modules
 if kernels.UNAVAILABLE:
     pytest.skip(kernels.UNAVAILABLE, allow_module_level=True)
 
 CLAUSES = Path(__file__).resolve().parents[1] / "conformance" / "clauses"
-
-
-@pytest.fixture(autouse=True)
-def _worst_case_search(monkeypatch):
-    """These tests read causes, which the search for each clause test's worst failing case shapes."""
-    from conformance.harness.run.worst_case import ENV
-
-    monkeypatch.setenv(ENV, "1")
 
 
 def test_keras_numpy_first_cause_is_float64(pytester, tmp_path):

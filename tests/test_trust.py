@@ -21,17 +21,9 @@ import pytest
 torch = pytest.importorskip("torch")  # loaded before pytester snapshots sys.modules (it cannot load twice)
 
 pytest_plugins = ["pytester"]
-pytestmark = pytest.mark.usefixtures("restore_hypothesis_profile")
+pytestmark = pytest.mark.usefixtures("restore_hypothesis_profile", "worst_case_search")
 
 CLAUSES = Path(__file__).resolve().parents[1] / "conformance" / "clauses"
-
-
-@pytest.fixture(autouse=True)
-def _worst_case_search(monkeypatch):
-    """These tests read causes, which the search for each clause test's worst failing case shapes."""
-    from conformance.harness.run.worst_case import ENV
-
-    monkeypatch.setenv(ENV, "1")
 
 
 def _certify(pytester, tmp_path, kernel: str, *args: str) -> tuple[object, dict, str]:

@@ -27,22 +27,10 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from conformance.contract import FLOAT32_FORMATS, LOW_PRECISION, Case, Declaration
+from conformance.contract import FINITE_FILLS, FLOAT32_FORMATS, LOW_PRECISION, Case, Declaration
 from conformance.harness.judge.tolerance import UNIT_ROUNDOFF
 
-# Finite fills tried on a failing case that has blocked keys: named ones, then round numbers.
-FILLS = (
-    "set:-0.7max-float32",
-    "set:-0.7max",
-    "set:min",
-    "add:-0.7max",
-    "add:min",
-    "add:-0.7max-float32",
-    "add:-1e9",
-    "add:-1e4",
-    "set:-1e9",
-    "set:-1e4",
-)
+FILLS = FINITE_FILLS  # tried on a failing case that has blocked keys (contract.FINITE_FILLS)
 # Precisions a kernel may compute at, coarsest first, with their unit roundoffs.
 PRECISIONS = {"bfloat16": 2.0**-8, "float16": 2.0**-11, "float32": 2.0**-24}
 LOW, HIGH = 1.0 / 8.0, 4.0  # a failure "sits at" precision P when LOW u_P <= rel_err <= HIGH u_P

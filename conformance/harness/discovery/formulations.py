@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from conformance.contract import (
+    FINITE_FILLS,
     FLOAT32_FORMATS,
     LOW_PRECISION,
     LOWP_COMPUTED_AS,
@@ -289,22 +290,8 @@ def _fill_witnesses(p: Probing) -> list[tuple[Case, str]]:
     return out
 
 
-# The spec's -inf first; then the fills libraries use (a set fill of -0.7 x float32's largest: XLA,
-# keras's NumPy backend; before the others, which it is indistinguishable from on every witness a
-# float16 product can form); then round numbers older code uses.
-FILL_ORDER = (
-    "-inf",
-    "set:-0.7max-float32",
-    "set:-0.7max",
-    "set:min",
-    "add:-0.7max",
-    "add:min",
-    "add:-0.7max-float32",
-    "add:-1e9",
-    "set:-1e9",
-    "add:-1e4",
-    "set:-1e4",
-)
+# The spec's -inf first, then the finite fills in the order contract.FINITE_FILLS gives.
+FILL_ORDER = ("-inf", *FINITE_FILLS)
 
 
 def blocked_fill(p: Probing) -> None:
