@@ -2,24 +2,14 @@
 
 A ``--declare`` says one value per field for every case. When the failing outputs of one cause (the
 other failing cases of its clause tests included, which ``harness.run.worst_case`` keeps as
-``matches_elsewhere``) match different values of the same field, the behaviour depends on the case
+``matches_by_case``) match different values of the same field, the behaviour depends on the case
 (its size, its dtype), which no declaration can say: ``harness.causes.text.suggestion`` then proposes
 none, and the cause's hint says what differs.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Iterable
-
-
-def seen(rows: Iterable[dict], relevant: Callable[[str], bool]) -> Counter:
-    """The conventions the failing records match, each failing case's and its clause test's other ones."""
-    return Counter(m for r in rows for m in _matched(r) if relevant(m))
-
-
-def _matched(row: dict) -> set[str]:
-    return {*(row["failure"].get("matches") or ()), *(row["failure"].get("matches_elsewhere") or ())}
 
 
 def conflicts(rows: Iterable[dict], relevant: Callable[[str], bool]) -> dict[str, list[str]]:
@@ -28,7 +18,8 @@ def conflicts(rows: Iterable[dict], relevant: Callable[[str], bool]) -> dict[str
     conflict: each case matches them all)."""
     per_field: dict[str, list[set[str]]] = {}
     for r in rows:
-        by_case = r["failure"].get("matches_by_case") or [sorted(_matched(r))]  # each failing case its own
+        # each failing case on its own: the worst's and its clause test's others (harness.run.worst_case)
+        by_case = r["failure"].get("matches_by_case") or [r["failure"].get("matches") or ()]
         for matched in by_case:
             values: dict[str, set[str]] = {}
             for m in matched:

@@ -169,13 +169,9 @@ def _search(item: pytest.Function, impl: Any, exc: BaseException) -> None:
         for name, value in saved.items():
             setattr(impl, name, value)
     worst = max(records, key=gross.severity)
-    elsewhere = sorted({m for r in records if r is not worst for m in r.get("matches") or ()})
     each = [sorted(r.get("matches") or ()) for r in records if r is not worst and r.get("matches")]
     impl.worst_failure = dict(
-        worst,
-        failing_cases=len(records),
-        matches_elsewhere=elsewhere,
-        matches_by_case=[sorted(worst.get("matches") or ())] + each,
+        worst, failing_cases=len(records), matches_by_case=[sorted(worst.get("matches") or ())] + each
     )
     if worst is not first:
         exc.add_note(
