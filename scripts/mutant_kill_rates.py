@@ -95,7 +95,7 @@ def witness(spec, profile: str) -> str:
     from conformance.harness.cases import admission, covering
     from conformance.harness.cases.pairs_cases import build_planned
     from conformance.harness.spec.report import ClauseViolation
-    from tests.generated_mutants import AGAIN, BY_NAME, Generated
+    from tests.generated_mutants import AGAIN, BY_NAME, Generated, inert_reason
 
     pert = BY_NAME[spec.perturbation]
     decl = Generated(spec).declaration
@@ -120,28 +120,8 @@ def witness(spec, profile: str) -> str:
             except ClauseViolation:
                 shown = "; ".join(f"{p}: {v}" for p, v in row.items() if v != defaults[p])
                 return f"differs from the oracle on the row {shown} (seed {9000 + seed}): a coverage gap"
-    why = _inert(spec, pert, decl, defaults)
+    why = inert_reason(spec, decl, defaults)
     return f"did not differ from the oracle on the {tried} rows tried" + (f": {why}" if why else "")
-
-
-def _inert(spec, pert, decl, defaults) -> str:
-    """Why a perturbation cannot change anything under its trigger, when the hiding table or the
-    perturbation itself says so (an equivalent mutant, not a coverage gap)."""
-    from conformance.harness.cases import pairs_hiding
-    from tests.generated_mutants import AGAIN
-
-    plain = {p: v for p, v in spec.trigger if (p, v) != AGAIN}
-    for item in pert.inert:
-        if item in plain.items():
-            return f"equivalent: {pert.name} changes nothing at {item[0]}: {item[1]}"
-    row = {**defaults, **plain}
-    hidden = pairs_hiding.predicted(row, decl, pert.direction)
-    for p in pert.acts_on:
-        for h in hidden.get((p, row[p]), []):
-            if h <= set(plain.items()):
-                by = " and ".join(f"{a}: {b}" for a, b in sorted(h))
-                return f"equivalent: {by} hides {p}, which {pert.name} changes (docs/case-space.md)"
-    return ""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -156,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     _setup(args.profile)
 
     from conformance.harness.cases import admission, covering
-    from tests.generated_mutants import Generated, Spec, sample
+    from tests.generated_mutants import Generated, Spec, inert_reason, sample
 
     decl = Generated(Spec((), "scale off by 10 %")).declaration
     plan = covering.plan(decl, 2)
@@ -168,13 +148,16 @@ def main(argv: list[str] | None = None) -> int:
     def admits(row: dict) -> bool:
         return admission.admit(decl, row, 2, plan.defaults) is None
 
+    def equivalent(spec) -> str:
+        return inert_reason(spec, decl, plan.defaults)
+
     if args.arity == 3:
-        specs = sample(args.n, 3, args.seed, values, admits)
+        specs = sample(args.n, 3, args.seed, values, admits, equivalent)
     else:
         n1 = args.n // 3 if args.arity == 2 else args.n
-        specs = sample(n1, 1, args.seed, values, admits)
+        specs = sample(n1, 1, args.seed, values, admits, equivalent)
         if args.arity == 2:
-            specs += sample(args.n - n1, 2, args.seed + 1, values, admits)
+            specs += sample(args.n - n1, 2, args.seed + 1, values, admits, equivalent)
     t0 = time.time()
     if args.jobs > 1:
         import multiprocessing

@@ -283,14 +283,23 @@ _BACKWARD = {
 assert set(_FORWARD) | set(_BACKWARD) == set(BY_NAME), sorted(set(BY_NAME) ^ (set(_FORWARD) | set(_BACKWARD)))
 
 
-def sample(n: int, arity: int, seed: int, values: dict[str, list[str]], admits: Callable[[dict], bool]) -> list[Spec]:
+def sample(
+    n: int,
+    arity: int,
+    seed: int,
+    values: dict[str, list[str]],
+    admits: Callable[[dict], bool],
+    equivalent: Callable[[Spec], str] = lambda spec: "",
+) -> list[Spec]:
     """``n`` distinct mutants whose triggers hold ``arity`` predicates, seeded.
 
     The arity counts every class the bug needs to show: a backward perturbation's trigger holds
     "direction: backward", and a perturbation that needs a class (a mask to drop, dropout to ignore)
     holds one of them; the rest are drawn (distinct parameters, a value each from ``values``, what the
     declaration admits; "called before with the same shapes" a tenth of the time). Kept only when
-    ``admits`` finds a row holding the whole trigger (else it could never fire)."""
+    ``admits`` finds a row holding the whole trigger (else it could never fire), and only when
+    ``equivalent`` gives no reason why the perturbation changes nothing under the trigger (an
+    equivalent mutant is no bug, and a kill rate counts bugs: :func:`inert_reason`)."""
     rng = np.random.default_rng(seed)
     out: list[Spec] = []
     seen: set = set()
@@ -319,8 +328,31 @@ def sample(n: int, arity: int, seed: int, values: dict[str, list[str]], admits: 
         order = {p: i for i, p in enumerate(PREDICATE_PARAMETERS)}
         items = tuple(sorted(trigger.items(), key=lambda kv: order[kv[0]])) + ((AGAIN,) if again else ())
         spec = Spec(items, pert.name)
-        if spec in seen or not admits(trigger):
+        if spec in seen or not admits(trigger) or equivalent(spec):
             continue
         seen.add(spec)
         out.append(spec)
     return out
+
+
+def inert_reason(spec: Spec, decl, defaults: dict[str, str]) -> str:
+    """Why ``spec``'s perturbation cannot change anything under its trigger, when the perturbation
+    itself (``inert``) or the hiding table (``harness.cases.pairs_hiding``: a value of the trigger hides
+    a parameter the perturbation ``acts_on``) says so; "" when nothing says so. Such a mutant is
+    equivalent to the correct kernel by construction: a scale 10 % off is still 0 at scale 0, one key
+    has weight 1 whatever the scale."""
+    from conformance.harness.cases import pairs_hiding
+
+    pert = BY_NAME[spec.perturbation]
+    plain = {p: v for p, v in spec.trigger if (p, v) != AGAIN}
+    for item in pert.inert:
+        if item in plain.items():
+            return f"equivalent: {pert.name} changes nothing at {item[0]}: {item[1]}"
+    row = {**defaults, **plain}
+    hidden = pairs_hiding.predicted(row, decl, pert.direction)
+    for p in pert.acts_on:
+        for h in hidden.get((p, row[p]), []):
+            if h <= set(plain.items()):
+                by = " and ".join(f"{a}: {b}" for a, b in sorted(h))
+                return f"equivalent: {by} hides {p}, which {pert.name} changes (docs/case-space.md)"
+    return ""

@@ -88,3 +88,34 @@ def test_the_sample_is_seeded_and_has_its_arity():
         pert = next(p for p in PERTURBATIONS if p.name == s.perturbation)
         assert pert.direction == "forward" or ("direction", "backward") in s.trigger
         assert not pert.needs or any(all(item in s.trigger for item in alt.items()) for alt in pert.needs)
+
+
+# Mutants no input can tell from the correct kernel (docs/mutants.md): the sample leaves them out.
+EQUIVALENT = (
+    Spec((("scale", "zero"),), "scale off by 10 %"),
+    Spec((("S", "1"),), "scale off by 10 %"),
+    Spec((("S", "1"),), "query heads mixed"),
+    Spec((("scale", "zero"), ("direction", "backward")), "dK doubled"),
+)
+
+
+@pytest.mark.parametrize("spec", EQUIVALENT, ids=[s.name for s in EQUIVALENT])
+def test_equivalent_mutants_are_named(spec):
+    from tests.generated_mutants import inert_reason
+
+    assert inert_reason(spec, DECL, covering.defaults_for(DECL)).startswith("equivalent: ")
+
+
+def test_the_sample_leaves_equivalent_mutants_out():
+    """Drawn without the filter, a sample of arity-2 mutants holds equivalent ones; with it, none, and
+    just as many mutants."""
+    from tests.generated_mutants import inert_reason
+
+    defaults, values = covering.defaults_for(DECL), _values()
+
+    def why(spec: Spec) -> str:
+        return inert_reason(spec, DECL, defaults)
+
+    unfiltered = sample(150, 2, 27, values, lambda row: True)
+    filtered = sample(150, 2, 27, values, lambda row: True, why)
+    assert any(why(s) for s in unfiltered) and not any(why(s) for s in filtered) and len(filtered) == 150
