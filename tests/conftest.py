@@ -33,6 +33,40 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     sys.dont_write_bytecode = False
 
 
+# The self-tests' tiers. The default run (`python -m pytest -n auto`) is the whole suite at the ci
+# profile: every self-test file runs, and where a self-test repeats one check over many kernels or
+# clauses (the zoo's correct kernels, the correct bases of tests/test_clauses_bite.py, whole
+# certifications in a child process) it runs a dealt share, or a narrower run, that still exercises
+# every path it checks. The rest is marked ``thorough`` and runs with `-m thorough` (or the thorough
+# profile); .ci/run runs both, so CI checks the union on every change.
+THOROUGH = "thorough"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{THOROUGH}: the rest of a dealt self-test; runs with `pytest tests -m {THOROUGH}` or "
+        "--conformance-profile=thorough (.ci/run runs it after the default run)",
+    )
+
+
+def thorough_selftests(config: pytest.Config) -> bool:
+    """True where the ``thorough`` self-tests run: their marker selected (``-m thorough``) or the
+    thorough profile."""
+    from conformance.harness.run.runstate import OPT_PROFILE, getoption
+
+    return THOROUGH in (config.getoption("markexpr", "") or "") or getoption(config, OPT_PROFILE) == "thorough"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if thorough_selftests(config):
+        return
+    skip = pytest.mark.skip(reason=f"thorough tier: runs with `pytest tests -m {THOROUGH}` (.ci/run runs it)")
+    for item in items:
+        if item.get_closest_marker(THOROUGH):
+            item.add_marker(skip)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> None:
     """`-n N` without `--dist`: work stealing instead of xdist's default ``load``.

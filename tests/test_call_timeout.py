@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from conformance.harness.calls.call_timeout import CallTimedOut, call_with_timeout
+from tests.narrow_plan import narrow_plan
 
 pytest_plugins = ["pytester"]
 pytestmark = pytest.mark.usefixtures("restore_hypothesis_profile")
@@ -131,11 +132,25 @@ def _record(errors: list, fn) -> None:
         errors.append(exc)
 
 
-def test_a_thread_bound_kernel_certifies(pytester):
+def _certifies(pytester, *paths: str) -> None:
     result = pytester.runpytest_inprocess(
-        str(ROOT / "conformance" / "clauses"), "--impl=tests.thread_bound:ThreadBound", "-p", "no:cacheprovider", "-q"
+        *paths, "--impl=tests.thread_bound:ThreadBound", "-p", "no:cacheprovider", "-q"
     )
     text = result.stdout.str()
     assert "ProgrammingError" not in text, text[-3000:]
     assert "tests.thread_bound:ThreadBound: CONFORMS" in text, text[-3000:]
     assert result.ret == 0
+
+
+def test_a_thread_bound_kernel_certifies(pytester, monkeypatch):
+    """Both of the kernel's entry points (forward in the worked example and the gradient clauses, vjp in
+    the gradient clauses, drawn cases through hypothesis included) go through the per-call timeout on
+    the caller's thread. The run's plan is cut to those files' clauses (tests/narrow_plan.py) so that
+    the verdict is a whole one; every clause of the suite is the thorough twin below."""
+    _certifies(pytester, *narrow_plan(monkeypatch, "test_worked_example", "test_gradients"))
+
+
+@pytest.mark.thorough
+def test_a_thread_bound_kernel_certifies_on_every_clause(pytester):
+    """The whole certification: no clause calls the kernel another way."""
+    _certifies(pytester, str(ROOT / "conformance" / "clauses"))

@@ -8,8 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conformance import fixtures
 from conformance.certificates import render_compare
+from tests.narrow_plan import narrow_plan
+
+pytest_plugins = ["pytester"]
 
 ROOT = Path(__file__).resolve().parents[1]
 CLAUSES = ["conformance/clauses/test_worked_example.py", "conformance/clauses/test_golden.py"]
@@ -38,13 +43,11 @@ def _run(tmp_path: Path, impl: str, name: str, *clauses: str) -> tuple[subproces
     return proc, path
 
 
-def test_certificate_of_a_conforming_and_a_drifting_kernel(tmp_path):
-    ok, good = _run(tmp_path, "numpy", "numpy")
-    assert ok.returncode == 0, ok.stdout + ok.stderr
+def _check_conforming(good: Path) -> None:
+    """What the certificate of the NumPy kernel says when it conforms, in JSON and in Markdown."""
     doc = json.loads(good.read_text())
     a = doc["adapters"]["numpy"]
     assert a["verdict"] == "CONFORMS"
-    assert a["coverage"]["cases_run"] > 500 and a["coverage"]["clauses_planned"] >= 55
     assert a["clauses"]["GOLDEN-01"]["outcome"] == "pass"
     assert a["clauses"]["WORKED-EXAMPLE-01"]["outcome"] == "pass"
     assert set(a["error_stats"]) == {"float64", "float32", "float16", "bfloat16"}
@@ -53,6 +56,10 @@ def test_certificate_of_a_conforming_and_a_drifting_kernel(tmp_path):
     md = good.with_suffix(".md").read_text()
     assert "**Verdict: CONFORMS**" in md and "| GOLDEN-01 | pass |" in md and fixtures.set_hash() in md
 
+
+def _check_drifting_and_compare(tmp_path: Path, good: Path) -> None:
+    """A kernel whose outputs drift fails the golden set: its certificate says so with the command that
+    reproduces it, and the comparison table sets it against the conforming one."""
     bad, drift = _run(tmp_path, "tests.mutants_golden:OutputDrift", "drift", *CLAUSES)
     assert bad.returncode == 1, bad.stdout + bad.stderr
     b = json.loads(drift.read_text())["adapters"]["tests.mutants_golden:OutputDrift"]
@@ -66,6 +73,31 @@ def test_certificate_of_a_conforming_and_a_drifting_kernel(tmp_path):
     table = render_compare([good, drift])
     assert "| clause | numpy (numpy) | tests.mutants_golden:OutputDrift (drift) |" in table
     assert "| GOLDEN-01 | pass | **FAIL** (" in table
+
+
+def test_certificate_of_a_conforming_and_a_drifting_kernel(tmp_path, pytester, monkeypatch, restore_hypothesis_profile):
+    """The conforming kernel's certificate from a run of the two clause files the certificate's
+    assertions name (worked example and golden set), with the run's plan cut to their clauses so that
+    the verdict is a whole one (tests/narrow_plan.py); the drifting kernel's from the same files in a
+    child process, as a user runs it. The certificate of a whole run is the thorough twin below."""
+    good = tmp_path / "numpy.json"
+    files = narrow_plan(monkeypatch, *CLAUSES)
+    result = pytester.runpytest_inprocess(*files, "--impl=numpy", f"--certificate={good}", "-p", "no:cacheprovider")
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    _check_conforming(good)
+    _check_drifting_and_compare(tmp_path, good)
+
+
+@pytest.mark.thorough
+def test_certificate_of_a_whole_conforming_run_and_a_drifting_kernel(tmp_path):
+    """The same certificate from a whole certification (every clause, in a child process): CONFORMS
+    covers the whole suite, so the coverage it records is the whole suite's."""
+    ok, good = _run(tmp_path, "numpy", "numpy")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    a = json.loads(good.read_text())["adapters"]["numpy"]
+    assert a["coverage"]["cases_run"] > 500 and a["coverage"]["clauses_planned"] >= 55
+    _check_conforming(good)
+    _check_drifting_and_compare(tmp_path, good)
 
 
 def test_compare_cli(tmp_path):

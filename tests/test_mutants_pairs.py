@@ -27,6 +27,9 @@ def _cases(impl: GuardedAdapter):
         yield case, grad_out
 
 
+# 12 s over the pair mutants: a property of the mutants themselves, which change only with this file's
+# table; the thorough tier (.ci/run) checks it on every change.
+@pytest.mark.thorough
 @pytest.mark.parametrize("name", sorted(FEATURES))
 def test_correct_with_only_one_of_its_features(name):
     impl = GuardedAdapter(MUTANTS[name](), spec=name, timeout=0)

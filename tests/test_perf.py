@@ -131,6 +131,7 @@ class _Page(HTMLParser):
         self.refs += [f"{tag} {k}={v}" for k, v in attrs if k in ("src", "href", "xlink:href", "data")]
 
 
+@pytest.mark.thorough  # 25 s: the opt-in performance profile end to end (its parts are tested above)
 def test_perf_profile_report_charts_and_html_certificate(tmp_path):
     report, cert = tmp_path / "perf", tmp_path / "cert.html"
     proc = subprocess.run(

@@ -178,17 +178,21 @@ def test_certifying_a_plain_function_needs_no_adapter(tmp_path):
                                                   is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
     """)
     )
-    sel = ["-k", "worked_example or mask_before_softmax", "--allow-partial"]  # a subset: PARTIAL, exit 0 if it passed
-    ok = run_pytest(["--pyargs", "conformance", "--impl=userkernel:my_sdpa", *sel], tmp_path, tmp_path)
+    # The two clauses' modules by package name, from outside the checkout, as an installed suite runs them;
+    # a subset: PARTIAL, exit 0 if it passed.
+    mods = ["--pyargs", "conformance.clauses.test_worked_example", "conformance.clauses.test_masks"]
+    sel = [*mods, "-k", "worked_example or mask_before_softmax", "--allow-partial"]
+    ok = run_pytest(["--impl=userkernel:my_sdpa", *sel], tmp_path, tmp_path)
     assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr[-2000:]
     assert re.search(r"userkernel:my_sdpa: PARTIAL: 2/\d+ clauses passed", ok.stdout), ok.stdout[-2000:]
-    bad = run_pytest(["--pyargs", "conformance", "--impl=userkernel:broken_sdpa", *sel], tmp_path, tmp_path)
+    bad = run_pytest(["--impl=userkernel:broken_sdpa", *sel], tmp_path, tmp_path)
     assert bad.returncode == 1, bad.stdout[-3000:]
     assert "clause MASK-BEFORE-SOFTMAX-01" in bad.stdout and "reproduce: pytest" in bad.stdout
     assert "DOES NOT CONFORM" in bad.stdout
 
 
-def test_entry_point_adapters_are_listed_and_usable(tmp_path):
+def _third_party_site(tmp_path: Path) -> Path:
+    """An installed third-party package that registers an adapter under the suite's entry-point group."""
     site = tmp_path / "site"
     (site / "thirdparty_attn").mkdir(parents=True)
     (site / "thirdparty_attn" / "__init__.py").write_text(
@@ -199,14 +203,35 @@ def test_entry_point_adapters_are_listed_and_usable(tmp_path):
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: thirdparty-attn\nVersion: 1.0\n")
     (dist / "entry_points.txt").write_text("[sdpa_conformance.adapters]\nthirdparty = thirdparty_attn:ThirdParty\n")
-    listing = run_pytest(["--impl-list"], tmp_path, site)
-    assert listing.returncode == 0, listing.stdout + listing.stderr
-    assert "thirdparty" in listing.stdout and "thirdparty_attn:ThirdParty" in listing.stdout
+    return site
+
+
+def test_entry_point_adapters_are_listed_and_usable(tmp_path, monkeypatch, capsys):
+    """The entry point is found, listed by the code of ``--impl-list`` and certified by its name. The
+    listing is made here with the built-ins left out (listing them imports every framework, seconds
+    each); the thorough twin below runs the whole ``pytest --impl-list``."""
+    from conformance.harness.run import options
+
+    site = _third_party_site(tmp_path)
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setattr(registry, "builtin_names", dict)
+    options.print_impl_list()
+    listing = capsys.readouterr().out
+    assert "thirdparty" in listing and "thirdparty_attn:ThirdParty" in listing and "[available]" in listing
+    monkeypatch.undo()
     run = run_pytest(
         ["--pyargs", "conformance", "--impl=thirdparty", "-k", "worked_example", "--allow-partial"], tmp_path, site
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     assert re.search(r"thirdparty: PARTIAL: 1/\d+ clauses passed", run.stdout), run.stdout[-2000:]
+
+
+@pytest.mark.thorough
+def test_entry_point_adapters_are_listed_by_impl_list(tmp_path):
+    site = _third_party_site(tmp_path)
+    listing = run_pytest(["--impl-list"], tmp_path, site)
+    assert listing.returncode == 0, listing.stdout + listing.stderr
+    assert "thirdparty" in listing.stdout and "thirdparty_attn:ThirdParty" in listing.stdout
 
 
 def test_property_clause_whose_every_case_is_refused_is_an_undeclared_refusal(tmp_path):
@@ -225,7 +250,14 @@ def test_property_clause_whose_every_case_is_refused_is_an_undeclared_refusal(tm
                 raise NotApplicable("this kernel takes no case at all")
     """)
     )
-    args = ["--pyargs", "conformance", "--impl=refuser:Refuser", "-k", "agrees_with_oracle and float32", "-rs"]
+    args = [
+        "--pyargs",
+        "conformance.clauses.test_agreement",
+        "--impl=refuser:Refuser",
+        "-k",
+        "agrees_with_oracle and float32",
+    ]
+    args.append("-rs")
     run = run_pytest(args, tmp_path, tmp_path)
     assert run.returncode == 1, run.stdout[-3000:]
     assert "undeclared refusal" in run.stdout and "this kernel takes no case at all" in run.stdout
@@ -240,7 +272,7 @@ def test_declared_causal_alignment_of_a_function_is_tested_not_emulated(tmp_path
     pytest.importorskip("torch", reason="the function under test is torch's own SDPA")
     args = [
         "--pyargs",
-        "conformance",
+        "conformance.clauses.test_causal",
         "--impl=torch.nn.functional:scaled_dot_product_attention",
         "-k",
         "test_causal_alignment and float32",
@@ -270,7 +302,7 @@ def test_mask_sense_of_a_function_is_declared_and_tested(tmp_path):
     )
     args = [
         "--pyargs",
-        "conformance",
+        "conformance.clauses.test_mask_kinds",
         "--impl=blockedsense:sdpa_blocked",
         "-k",
         "mask_sense and float32",
