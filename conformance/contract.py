@@ -85,14 +85,15 @@ MeanVKeys = Literal["sequence", "buffer"]
 # rounded to the input dtype for P V; "<dtype>-sums", the same with both products' sums accumulated
 # in the input dtype (each partial sum rounded: NumPy's einsum); "<dtype>-scores", the scores formed
 # in the input dtype: the product rounded, then scaled in the input dtype (rounded again) and a fill
-# added there.
+# added there; "<dtype>-masked", "-products" with the additive mask M taken in the input dtype and
+# added there (s + M rounded again: MLX, whose additive mask must have the inputs' dtype).
 Float32ComputedAs = Literal["float32", "tf32", "bfloat16", "float16"]
 FLOAT32_FORMATS: tuple[str, ...] = ("float32", "tf32", "bfloat16", "float16")
-Float16ComputedAs = Literal["float32", "float16-products", "float16-sums", "float16-scores"]
-Bfloat16ComputedAs = Literal["float32", "bfloat16-products", "bfloat16-sums", "bfloat16-scores"]
+Float16ComputedAs = Literal["float32", "float16-products", "float16-masked", "float16-sums", "float16-scores"]
+Bfloat16ComputedAs = Literal["float32", "bfloat16-products", "bfloat16-masked", "bfloat16-sums", "bfloat16-scores"]
 LOWP_COMPUTED_AS: dict[str, tuple[str, ...]] = {
-    "float16": ("float32", "float16-products", "float16-sums", "float16-scores"),
-    "bfloat16": ("float32", "bfloat16-products", "bfloat16-sums", "bfloat16-scores"),
+    "float16": ("float32", "float16-products", "float16-masked", "float16-sums", "float16-scores"),
+    "bfloat16": ("float32", "bfloat16-products", "bfloat16-masked", "bfloat16-sums", "bfloat16-scores"),
 }
 # Where the scale multiplies: "scores", the spec's (the scores, in the compute precision, after any
 # rounding of the product); "product", inside the product (a GEMM's alpha: with a low-precision

@@ -14,6 +14,7 @@ formulation's roundings applied where it rounds, and its fill where it fills:
   or the *scaled* product ``round(scale Q K^T)`` (``scale_applied="product"``); ``-scores`` rounds the
   scaled product once more (the scale applied in the input dtype); ``-sums`` changes no answer, only
   how far a kernel may be from it (its sums accumulate in the input dtype);
+* the additive mask (``-masked``): M rounded to the input dtype and added there, ``round(s + round(M))``;
 * the fill: each blocked key's score replaced by F (``set:F``) or ``round(s + F)`` (``add:F``) in the
   precision the scores have there; float64 scores with an added fill, of a kernel whose softmax runs in
   float32 (``float64_computed_as="float32"``), reach it through float32, so a fill past float32's
@@ -66,6 +67,7 @@ class Formulation:
     product: str | None = None  # the dtype Q K^T (or scale Q K^T) is rounded to
     scaled_rounded: bool = False  # ``-scores``: the scaled product rounded to ``product`` again
     summed_in: str | None = None  # ``-sums``: the products' sums accumulated in this dtype (error model only)
+    bias_rounded: bool = False  # ``-masked``: M in the input dtype, s + M rounded to it
     scale_applied: str = "scores"  # "scores" | "product" | "query" (query: only below float32)
     fill: tuple[str, float] | None = None  # ("set" | "add", F) for the boolean mask's and causal's keys
     fill_text: str = "-inf"
@@ -88,6 +90,7 @@ class Formulation:
             self.product,
             self.scaled_rounded,
             self.summed_in,
+            self.bias_rounded,
             self.scale_applied,
             self.fill_text,
             self.fill_dtype,
@@ -107,6 +110,8 @@ class Formulation:
             parts.append(f"{what} rounded to {self.product}" + (", scaled there" if self.scaled_rounded else ""))
         if self.summed_in:
             parts.append(f"sums accumulated in {self.summed_in}")
+        if self.bias_rounded:
+            parts.append(f"M added in {self.product}")
         if self.fill:
             parts.append(f"blocked keys {self.fill_text} in {self.fill_dtype}")
         if self.normwise_merges:
@@ -121,7 +126,7 @@ def formulation(case: Case, decl: Declaration) -> Formulation | None:
         return None
     dtype = case.dtype
     operands = product = summed_in = None
-    scaled_rounded = False
+    scaled_rounded = bias_rounded = False
     if dtype == "float32" and decl.float32_computed_as != "float32":
         operands = decl.float32_computed_as
     if dtype in LOW_PRECISION:
@@ -130,6 +135,7 @@ def formulation(case: Case, decl: Declaration) -> Formulation | None:
             product = dtype
             scaled_rounded = how.endswith("-scores")
             summed_in = dtype if how.endswith("-sums") else None
+            bias_rounded = how.endswith("-masked") and case.bias is not None
     fill = None
     parsed = parse_fill(decl.blocked_fill)
     if parsed is not None and _fill_reaches(case, decl):
@@ -144,6 +150,7 @@ def formulation(case: Case, decl: Declaration) -> Formulation | None:
         product=product,
         scaled_rounded=scaled_rounded,
         summed_in=summed_in,
+        bias_rounded=bias_rounded,
         scale_applied=decl.scale_applied,
         fill=fill,
         fill_text=decl.blocked_fill if fill else "-inf",
@@ -297,7 +304,7 @@ def filled_scores(case: Case, f: Formulation, s: np.ndarray, alignment: str) -> 
     _, bias = oracle.blocked_and_bias(case, alignment)
     filled, neg = fill_positions(case, f, alignment)
     with np.errstate(over="ignore", invalid="ignore"):
-        s = s + bias
+        s = masked_scores(s, bias, f)
         if f.fill:
             mode, value = f.fill
             put = round_to(np.float64(value), f.fill_dtype) if mode == "set" else round_to(s + value, f.fill_dtype)
@@ -305,6 +312,15 @@ def filled_scores(case: Case, f: Formulation, s: np.ndarray, alignment: str) -> 
                 put = round_to(put, "float32")
             s = np.where(filled, put, s)
     return np.where(neg, -np.inf, s), filled
+
+
+def masked_scores(s: np.ndarray, bias: np.ndarray, f: Formulation) -> np.ndarray:
+    """The scores plus the additive mask: exact, or (``-masked``) M rounded to the input dtype and the
+    sum rounded to it (-inf stays -inf)."""
+    if not f.bias_rounded:
+        return s + bias
+    with np.errstate(over="ignore", invalid="ignore"):
+        return round_to(s + round_to(bias, f.product), f.product)
 
 
 def _softmax(s: np.ndarray) -> np.ndarray:

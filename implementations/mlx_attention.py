@@ -25,12 +25,17 @@ Its formulation (declared; conformance/oracle_formulations.py), reproduced by ca
 ``mx.fast.scaled_dot_product_attention`` directly with V = I (the weights themselves): for float16
 and bfloat16 it multiplies Q by the scale *as a number of the input dtype* (``scale_applied=query``),
 forms Q K^T in the input dtype (float32 accumulation, the result rounded: past 65504 it is inf;
-``float16_computed_as=float16-products``, ``bfloat16_computed_as=bfloat16-products``), runs the softmax
+``float16_computed_as=float16-masked``, ``bfloat16_computed_as=bfloat16-masked``), runs the softmax
 in float32 and rounds P: the weights equal ``round(softmax(round(round(Q round(scale)) K^T)))`` bitwise
 in 100 % of elements (8 cases, D = 48, scales 1/sqrt(48) and 0.3, each dtype; 2026-12-03), as MLX's
 own fallback in mlx/fast.cpp writes it (``multiply(array(scale, dtype), q)``, then ``matmul``). A
 boolean mask's blocked keys are *replaced* by ``finfo(scores.dtype).min`` there (``where``;
-``blocked_fill=set:min``): a row blocked entirely is uniform, the mean of V.
+``blocked_fill=set:min``): a row blocked entirely is uniform, the mean of V. An additive mask is
+taken in the input dtype and added to the rounded product there, so s + M is rounded once more
+(``-masked``; ``-products`` is the same without M): on a bfloat16 case with M (q[1,5,127,6], a
+boolean mask, M in [-2, 2] with -inf entries, causal), MLX's output equals that computation bitwise
+on every element, and is 1.24 x the ``-products`` allowance away from ``-products``' answer where P V
+cancels (2026-12-03).
 """
 
 from __future__ import annotations
@@ -144,8 +149,8 @@ mlx_cpu = MlxAttention(
         all_blocked_float_mask="nan",
         masks_combined=True,
         float64_computed_as="float32",
-        float16_computed_as="float16-products",
-        bfloat16_computed_as="bfloat16-products",
+        float16_computed_as="float16-masked",
+        bfloat16_computed_as="bfloat16-masked",
         scale_applied="query",
         blocked_fill="set:min",
         mask_sense="attend",

@@ -14,8 +14,9 @@ and a finding says what was measured. Each probe calls the kernel once per witne
 * ``float16_computed_as`` / ``bfloat16_computed_as`` with ``scale_applied``: the large-logits witness
   (raw Q K^T = 65536 + 8j: a float16 product overflows, a bfloat16 one loses j), queries with
   scores of a few hundred at Dk = 8 (scale 1/sqrt 8: Q scaled in the input dtype, a product
-  rounded before or after the scale, each lands elsewhere), and a row of 1024 keys of equal weight
-  (sums accumulated in the input dtype drift by many units).
+  rounded before or after the scale, each lands elsewhere), a row of 1024 keys of equal weight
+  (sums accumulated in the input dtype drift by many units), and scores of exactly 256 plus an additive
+  M of fractions (``-masked``: s + M rounded to the input dtype loses them).
 * ``blocked_fill``: keys blocked with scores of +1e10 (a fill of -1e4 or -1e9 leaves them visible),
   a row blocked by the mask and -inf together (a set fill makes it uniform over the masked keys), a
   row blocked entirely (its gradient passes to dQ under an added fill), and in float16 a row blocked
@@ -194,14 +195,21 @@ def _lowp_witnesses(dtype: str) -> list[tuple[Case, str]]:
         _cast(1.0 + rng.random((1, 1, S, 8)), dtype),
         label=f"{dtype} 1024 keys of equal weight",
     )
-    return [(large_logits(dtype), "forward"), (mid, "forward"), (flat, "forward")]
+    # Every score exactly 256 (Q K^T exact in the dtype, scale 1) plus an additive M of fractions (exact
+    # in the dtype): added in float32 the weights are softmax(M); added in the input dtype (``-masked``)
+    # 256 + M is rounded to the dtype's spacing there (2 in bfloat16, 0.25 in float16).
+    m = _cast(rng.uniform(-1.0, 1.0, (1, 1, 4, 16)), dtype).astype(np.float64)
+    with_m = Case(_cast(np.full((1, 2, 4, 8), 2.0), dtype), _cast(np.full((1, 2, 16, 8), 16.0), dtype),
+                  _cast(rng.standard_normal((1, 2, 16, 8)), dtype), bias=m, scale=1.0,
+                  label=f"{dtype} scores of 256 plus an additive M of fractions")  # fmt: skip
+    return [(large_logits(dtype), "forward"), (mid, "forward"), (flat, "forward"), (with_m, "forward")]
 
 
 def _lowp_candidates(dtype: str) -> list[dict]:
     """The spec's upcast first, then the formulations from the tightest error model to the loosest
     (``-sums`` admits what ``-products`` and ``-scores`` do on the witnesses but the flat one)."""
     field = f"{dtype}_computed_as"
-    order = sorted(LOWP_COMPUTED_AS[dtype], key=lambda how: ("float32", "products", "scores", "sums").index(
+    order = sorted(LOWP_COMPUTED_AS[dtype], key=lambda how: ("float32", "products", "masked", "scores", "sums").index(
         how.rpartition("-")[2] if "-" in how else how))  # fmt: skip
     out = []
     for how in order:

@@ -13,7 +13,8 @@ formulation names:
   rounding boundary than the accumulation can move it (the kernel's rounding then lands on the
   oracle's, and the float16 overflow, the bfloat16 loss of fine structure, are judged exactly),
   else that error plus one spacing of the dtype. Q times the scale in the input dtype and the fill
-  added to a blocked score are residuals of the same kind; a ``set`` fill is exact; an input rounded
+  added to a blocked score, and s + M rounded to the input dtype (``-masked``), are residuals of the
+  same kind; a ``set`` fill is exact; an input rounded
   to a float32 case's operand format leaves only its ties (kernels break them differently).
   Roundings of size |s| (the ``C_S u_a |s|`` term) act on the scores before a fill: a row blocked
   entirely by an added fill keeps exact ratios where the kernel subtracts the row max, which cancels
@@ -105,8 +106,13 @@ def score_error(case: Case, decl: Declaration, f: of.Formulation, prec: toleranc
             if f.scaled_rounded and ops.scale_after != 1.0:
                 rounded = of.round_to(ops.raw, f.product) * ops.scale_after
                 err = err + of.rounding_residual(rounded, err + prec.u_a * np.abs(rounded), f.product)
+        bias = blocked_and_bias(case, alignment)[1]
         final, filled = of.filled_scores(case, f, s, alignment)
-        before = s + blocked_and_bias(case, alignment)[1]  # the scores with the bias, before any fill
+        if f.bias_rounded:  # s + M rounded to the input dtype: a kernel whose s is err away may round it the other way
+            exact = s + of.round_to(bias, f.product)
+            slip = of.rounding_residual(exact, err + prec.u_a * np.abs(exact), f.product)
+            err = np.where(np.isfinite(exact), slip, 0.0)
+        before = of.masked_scores(s, bias, f)  # the scores with the bias, before any fill
         if f.fill:
             mode, value = f.fill
             fill_err = 0.0 if mode == "set" else of.rounding_residual(before + value, err, f.fill_dtype)

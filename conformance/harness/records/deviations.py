@@ -159,6 +159,8 @@ RULES: tuple[tuple[str, Callable[[Declaration], bool], Callable[[Declaration], s
 
 def _lowp_what(dtype: str, how: str) -> str:
     what = f"{dtype} Q K^T is formed in {dtype} (rounded: past its range it is inf), not after an upcast"
+    if how.endswith("-masked"):
+        return what + f", and the additive mask M is taken and added in {dtype}"
     return what + (f", and scaled in {dtype}" if how.endswith("-scores") else "")
 
 
