@@ -57,6 +57,7 @@ class FormulationKernel:
     name = "form"
     operands: str | None = None  # float32 cases: the products' operand format
     product_lowp = False  # float16: Q K^T rounded to float16
+    bias_lowp = False  # float16: the additive mask taken in float16 and s + M rounded to it (MLX)
     query_scaled = False  # Q * scale rounded to the input dtype (float16, bfloat16)
     fill: tuple[str, str] | None = None  # ("add" | "set", "-0.7max" | number)
     blocks = 1  # key blocks merged with the sigmoid merge
@@ -138,7 +139,10 @@ class FormulationKernel:
             rng = np.random.default_rng(int(abs(float(np.sum(case.query, dtype=np.float64))) * 1000) % 2**31)
             s = s * (1 + self.score_noise * rng.choice([-1.0, 1.0], size=s.shape)).astype(work)
         blocked, bias, neg = self._rows(case)
-        s = s + bias.astype(work)
+        if self.bias_lowp and lowp == "float16" and case.bias is not None:
+            s = _to(s + _to(bias.astype(work), lowp), lowp)
+        else:
+            s = s + bias.astype(work)
         if self.fill and case.mask is not None or self.fill and case.is_causal:
             if case.bias is None or case.mask is not None:
                 f = work(self._fill_value(case))
@@ -246,6 +250,17 @@ class F16Products(FormulationKernel):
 
     def declares(self) -> dict:
         return {"float16_computed_as": "float16-products"}
+
+
+class F16Masked(F16Products):
+    """float16 products with the additive mask added in float16 (MLX's additive mask has the inputs'
+    dtype): not in KERNELS, checked on its own by tests/test_formulations.py."""
+
+    name = "form-f16-masked"
+    bias_lowp = True
+
+    def declares(self) -> dict:
+        return {"float16_computed_as": "float16-masked"}
 
 
 class QPrescaled(FormulationKernel):

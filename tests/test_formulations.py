@@ -295,3 +295,25 @@ def test_every_dtype_at_bfloat16_is_one_cause():
         "float64",
     ]
     assert "0.6 bfloat16 u" in first["errors"]["float16/float32/float64"]["in_units"]
+
+
+def test_an_additive_mask_added_in_float16_is_discovered_and_judged_exactly():
+    """``float16-masked`` (s + M rounded to float16, MLX's additive mask): discovery tells it from
+    ``-products`` (a witness of scores of 256 plus an M of fractions), the kernel declaring it passes
+    ORACLE-AGREE-01 in float16 and that witness, and the same kernel declaring ``-products`` fails the
+    witness (the drawn space meets such a case only now and then: MLX's was a random seed's)."""
+    found = discovery.discover(fk._bare(fk.F16Masked), spec="form-f16-masked")
+    got = {k: discovery.declare_value(v) for k, v in found.changes().items() if k in FORMULATION}
+    assert got == {"float16_computed_as": "float16-masked"}, "\n".join(found.lines())
+    kernel = fk.F16Masked()
+    assert run_clause(CLAUSES["ORACLE-AGREE-01"], kernel, "float16") == "passed"
+    from conformance.harness.calls.guarded import GuardedAdapter
+    from conformance.harness.discovery.formulations import _lowp_witnesses
+    from conformance.harness.judge import compare
+    from conformance.harness.spec.report import ClauseViolation
+
+    witness = _lowp_witnesses("float16")[-1][0]  # scores of 256 plus an M of fractions
+    compare.assert_output_matches(GuardedAdapter(kernel, spec="masked", timeout=0), witness)
+    kernel.declaration = kernel.declaration.replace(float16_computed_as="float16-products")
+    with pytest.raises(ClauseViolation):
+        compare.assert_output_matches(GuardedAdapter(kernel, spec="as products", timeout=0), witness)
