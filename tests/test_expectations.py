@@ -74,6 +74,27 @@ def test_a_cause_explains_a_failure_only_with_its_features_and_its_convention(tm
     assert not e.explains({"features": feats, "checked": False, "worst": worst})  # every failing case must have them
 
 
+def test_a_cause_that_raises_on_some_cases_explains_other_failures_only_off_them(tmp_path):
+    """``raises_when``: ONNX Runtime refuses a negative scale in float32 and returns NaN in float64. On a
+    float32 case only the refusal is the behaviour; on a float64 case a wrong output is."""
+    (e,) = load(
+        _file(
+            tmp_path,
+            _entry(when='["negative scale"]', raises="scale must be", raises_when='[["dtype=float32"]]'),
+        )
+    )
+    f32, f64 = "dtype=float32; forward (forward); negative scale", "dtype=float64; forward (forward); negative scale"
+    refused = {"error": "AdapterError", "message": "scale must be greater than 0"}
+    assert e.explains({"features": f32, **refused})
+    assert not e.explains({"features": f32, "error": "ClauseViolation", "message": "NaN"})  # float32 must raise
+    assert e.explains({"features": f64, "error": "ClauseViolation", "message": "NaN"})
+    assert not e.explains({"features": f64, "error": "AdapterError", "message": "something else"})
+    worst = {"features": f32}
+    assert not e.explains({"features": f64, "error": "ClauseViolation", "worst": worst})  # one float32 case in it
+    (plain,) = load(_file(tmp_path, _entry(when='["negative scale"]', raises="scale must be"), name="p.toml"))
+    assert not plain.explains({"features": f64, "error": "ClauseViolation", "message": "NaN"})  # raises everywhere
+
+
 BAD = [
     (_entry(when='["bool mask", "made up"]'), "[[cause]] 1: unknown case feature(s) ['made up']"),
     (_entry(when="[]"), "'when' must be a non-empty list"),
@@ -83,6 +104,8 @@ BAD = [
     ('[[cause]]\nbehaviour = " "\nwhen = ["causal"]\nreason = "r"\nevidence = "x"\n', "missing 'behaviour'"),
     ('[[cause]]\nbehaviour = "b"\nreason = "r"\nevidence = "x"\n', "missing 'when'"),
     (_entry(clause="GRAD-01"), "unknown key(s) ['clause']"),
+    (_entry(raises_when='[["dtype=float32"]]'), "'raises_when' says where the behaviour raises: it needs 'raises'"),
+    (_entry(raises="x", raises_when='["made up"]'), "unknown case feature(s) ['made up'] in 'raises_when'"),
     (_entry() + _entry(), "[[cause]] 2: behaviour 'reads True as may-attend' is already listed by [[cause]] 1"),
     ('[[deviation]]\nclause = "GRAD-01"\n', "[[deviation]] entries name clause ids"),
     ("[cause]\nbehaviour = 1\n", "'cause' must be an array of tables"),

@@ -177,6 +177,25 @@ def test_declared_deviations_conform_as_declared_and_list_their_sentence():
     assert V.decide(ALL_PASS, PLAN).word == V.CONFORMS
 
 
+def test_one_rule_broken_in_two_dtypes_is_one_verdict_line_with_both_values():
+    """float16 and bfloat16 products formed without the upcast depart from one sentence: one line names
+    both declared values; the certificate's per-field records stay two."""
+    from conformance.contract import Declaration
+    from conformance.harness.records.deviations import deviations
+
+    decl = Declaration(
+        float64_computed_as="float32", float16_computed_as="float16-products", bfloat16_computed_as="bfloat16-products"
+    )
+    devs = [d.as_dict() for d in deviations(decl)]
+    assert [d["field"] for d in devs] == ["float64_computed_as", "float16_computed_as", "bfloat16_computed_as"]
+    lines = [ln for ln in V.decide(ALL_PASS, PLAN, devs).details() if ln.startswith("declared deviation: ")]
+    assert len(lines) == 2, lines
+    assert lines[1].startswith(
+        "declared deviation: float16_computed_as=float16-products, bfloat16_computed_as=bfloat16-products ("
+    )
+    assert lines[1].count("这里将低精度输入转为 float32 后才计算点积和 softmax") == 1
+
+
 def test_expected_failures_deviate_as_expected_and_a_stale_one_does_not_conform():
     rows = [r for r in ALL_PASS if r.dtype != "float16"]
     expected = _r("A-01", "float16", V.EXPECTED_FAILURE, reason="softmax in float32")
@@ -240,11 +259,13 @@ def test_the_builtins_verdict_words_in_a_real_run(tmp_path, monkeypatch, pyteste
     assert _summary_of(out, "numpy").startswith("numpy: CONFORMS: ")
     assert _summary_of(out, "jax").startswith("jax: CONFORMS AS DECLARED: ")
     listed = [ln.strip() for ln in out.splitlines() if ln.strip().startswith("declared deviation: ")]
-    assert [ln.split(" ")[2].split("=")[0] for ln in listed] == [
-        "mean_v_keys",
-        "all_blocked_float_mask",
-        "float64_computed_as",
-        "blocked_fill",  # which gives the mean of V: listed with the fill, not again as all_blocked
+    fields = [
+        [kv.split("=")[0] for kv in ln.split(" (")[0].removeprefix("declared deviation: ").split(", ")] for ln in listed
+    ]
+    assert fields == [
+        ["mean_v_keys", "all_blocked_float_mask"],  # one line per sentence departed from (000 §8's zero rows)
+        ["float64_computed_as"],
+        ["blocked_fill"],  # which gives the mean of V: listed with the fill, not again as all_blocked
     ]
     doc = json.loads(cert.read_text())["adapters"]
     assert doc["numpy"]["verdict"] == "CONFORMS" and doc["numpy"]["deviations"] == []

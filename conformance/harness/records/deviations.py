@@ -182,6 +182,25 @@ def deviations(declaration: Declaration) -> list[Deviation]:
     ]
 
 
+def grouped(deviations: list[dict]) -> list[dict]:
+    """The deviations (as dicts) one per spec sentence departed from, in first-seen order: the verdict's
+    lines and the matrix's notes. One rule broken in two dtypes (float16 and bfloat16 products formed
+    without the upcast) is one departure, told once with each declared value: ``{"declare": "f=v, g=w",
+    "what": ..., "citation": ..., "fields": [f, g]}``. The certificate's table keeps a row per field."""
+    by_sentence: dict[str, dict] = {}
+    for d in deviations:
+        key = str(d.get("citation") or d.get("field"))
+        group = by_sentence.setdefault(
+            key,
+            {"fields": [], "declare": [], "what": [], **{k: d.get(k) for k in ("citation", "file", "section")}},
+        )
+        group["fields"].append(d.get("field"))
+        group["declare"].append(f"{d.get('field')}={d.get('value')}")
+        if d.get("what") and d["what"] not in group["what"]:
+            group["what"].append(d["what"])
+    return [{**g, "declare": ", ".join(g["declare"]), "what": "; ".join(g["what"])} for g in by_sentence.values()]
+
+
 def sources() -> list[Source]:
     """Every spec sentence a deviation can cite (for the citation self-test)."""
     return [source for _, _, _, source in RULES]

@@ -23,6 +23,8 @@ The file is TOML (``implementations/expectations/<adapter>.toml`` for a built-in
                                        # (harness.causes.conventions), checked where the output can be
     raises = "scale must be > 0"       # optional: the behaviour is an error; a failure it explains is the
                                        # kernel raising (or refusing) with a message this regex finds
+    raises_when = [["dtype=float32"]]  # optional, with raises: the cases it raises on (features, as in
+                                       # when); on the entry's other cases it shows as a wrong output
     reason = "one sentence: why the library does it"
     evidence = "the measured behaviour (numbers), reproduced by calling the library directly"
     link = "https://..."               # optional: the library's docs or issue
@@ -56,7 +58,7 @@ from typing import Any
 from conformance.harness.cases import features as cf
 from conformance.harness.causes.conventions import known_convention
 
-_KEYS = {"behaviour", "when", "matches", "raises", "reason", "evidence", "link"}
+_KEYS = {"behaviour", "when", "matches", "raises", "raises_when", "reason", "evidence", "link"}
 RAISED = ("AdapterError", "UndeclaredRefusal")  # a kernel that raised on, or refused, a case it should take
 _REQUIRED = ("behaviour", "reason", "evidence")
 
@@ -73,6 +75,7 @@ class Expectation:
     when: tuple[frozenset[str], ...]  # any one of these feature sets, each feature of it present
     matches: str | None  # a convention the failing output must match, where the output can be checked
     raises: str | None  # the behaviour is an error: a failure it explains raised, its message matching this
+    raises_when: tuple[frozenset[str], ...] | None  # where it raises (None: on every case of ``when``)
     reason: str
     evidence: str
     link: str | None
@@ -103,8 +106,15 @@ class Expectation:
         the output could be checked against conventions, the output matches it; a cause that raises
         explains only failures where the kernel raised (or refused) with a message it matches."""
         cases = failing_cases(failure)
-        if not cases or (self.raises and not _raised(failure or {}, self.raises)):
+        if not cases:
             return False
+        if self.raises and not _raised(failure or {}, self.raises):
+            # where the entry says it raises, a failure of any other kind is not this behaviour; where
+            # it does not (raises_when), a wrong output is, and another error is not
+            if self.raises_when is None or (failure or {}).get("error") in RAISED:
+                return False
+            if any(any(s <= cf.split(c.get("features") or "") for s in self.raises_when) for c in cases):
+                return False
         for case in cases:
             if not self.shows_on(cf.split(case.get("features") or "")):
                 return False
@@ -120,6 +130,7 @@ class Expectation:
             "when_text": self.when_text(),
             "matches": self.matches,
             "raises": self.raises,
+            "raises_when": None if self.raises_when is None else [sorted(s) for s in self.raises_when],
             "reason": self.reason,
             "evidence": self.evidence,
             "link": self.link,
@@ -176,21 +187,21 @@ def load(path: Path) -> list[Expectation]:
     return out
 
 
-def _when(raw: Any, where: str) -> tuple[frozenset[str], ...]:
-    """``when``: a list of features (one set) or a list of such lists (any of them)."""
+def _when(raw: Any, where: str, key: str = "when") -> tuple[frozenset[str], ...]:
+    """``when`` (or ``raises_when``): a list of features (one set) or a list of such lists (any of them)."""
     if isinstance(raw, list) and raw and all(isinstance(f, str) for f in raw):
         sets = [raw]
     elif isinstance(raw, list) and raw and all(isinstance(s, list) and s for s in raw):
         sets = raw
     else:
         raise ExpectationsError(
-            f"{where}: 'when' must be a non-empty list of case features, or a list of such lists (any of them)"
+            f"{where}: {key!r} must be a non-empty list of case features, or a list of such lists (any of them)"
         )
     for s in sets:
         bad = [f for f in s if not isinstance(f, str) or not cf.is_known(f)]
         if bad:
             raise ExpectationsError(
-                f"{where}: unknown case feature(s) {bad} in 'when'; features are written as the likely causes "
+                f"{where}: unknown case feature(s) {bad} in {key!r}; features are written as the likely causes "
                 f"print them, e.g. {', '.join(repr(f) for f in cf.EXAMPLES)}"
             )
     return tuple(frozenset(s) for s in sets)
@@ -223,6 +234,11 @@ def _entry(raw: Any, path: Path, n: int) -> Expectation:
             raise ExpectationsError(
                 f"{where}: 'raises' must be a regular expression the kernel's error message matches, or omitted"
             ) from None
+    raises_when = None
+    if "raises_when" in raw:
+        if raises is None:
+            raise ExpectationsError(f"{where}: 'raises_when' says where the behaviour raises: it needs 'raises'")
+        raises_when = _when(raw["raises_when"], where, key="raises_when")
     link = raw.get("link")
     if link is not None and (not isinstance(link, str) or not link.strip()):
         raise ExpectationsError(f"{where}: 'link' must be a non-empty string, or omitted")
@@ -231,6 +247,7 @@ def _entry(raw: Any, path: Path, n: int) -> Expectation:
         when=when,
         matches=matches,
         raises=raises,
+        raises_when=raises_when,
         reason=raw["reason"].strip(),
         evidence=raw["evidence"].strip(),
         link=link,

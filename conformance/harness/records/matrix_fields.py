@@ -11,6 +11,8 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from conformance.harness.records.deviations import grouped
+
 # Options of a certification run that change what a clause feeds the kernel or how it is judged:
 # a cell's command keeps them (as harness.run.failures.reproduce_command does); the rest (-q, -k,
 # --certificate, ...) only shape the report. name -> whether it takes a value.
@@ -107,15 +109,14 @@ def column_notes(entry: dict) -> tuple[tuple[str, str], ...]:
             else "no failing case in this run: remove the entry"
         )
         notes.append((short, whole))
-    for d in entry.get("deviations") or []:
-        if isinstance(d, dict) and "field" in d:
-            where = f"{str(d.get('file', ''))[:3]} {str(d.get('section', '')).split(' ')[0]}".strip()
-            short = f"declared deviation: {d['field']}={d.get('value')}" + (f" (vs {where})" if where else "")
-            whole = f"declared deviation: {d['field']}={d.get('value')} ({d.get('what', '')}), departing from " + str(
-                d.get("citation") or where
-            )
-            notes.append((short, whole))
-        else:
+    devs = entry.get("deviations") or []
+    for d in grouped([d for d in devs if isinstance(d, dict) and "field" in d]):
+        where = f"{str(d.get('file') or '')[:3]} {str(d.get('section') or '').split(' ')[0]}".strip()
+        short = f"declared deviation: {d['declare']}" + (f" (vs {where})" if where else "")
+        whole = f"declared deviation: {d['declare']} ({d['what']}), departing from " + str(d.get("citation") or where)
+        notes.append((short, whole))
+    for d in devs:
+        if not (isinstance(d, dict) and "field" in d):
             notes.append(("declared deviation: " + _record_text(d),) * 2)
     drift = (entry.get("environment") or {}).get("version_drift")  # a library release other than the measured one
     if drift:

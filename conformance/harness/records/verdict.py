@@ -36,6 +36,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from conformance.harness.records.deviations import grouped
 from conformance.harness.records.reasons import merged
 
 PASSED = "passed"
@@ -172,8 +173,8 @@ class Verdict:
                 f"expected cause: {behaviour} (when {seen['when_text']}): {_plural(seen['tests'], 'clause test')}, "
                 + ", ".join(seen["clauses"])
             )
-        for d in self.deviations:
-            lines.append(f"declared deviation: {d['field']}={d['value']} ({d['what']}) departs from {d['citation']}")
+        for d in grouped(self.deviations):
+            lines.append(f"declared deviation: {d['declare']} ({d['what']}) departs from {d['citation']}")
         if self.clauses_missing:
             items = sorted(self.clauses_missing.items())
             shown = "; ".join(f"{c} ({why})" for c, why in items[:limit])
