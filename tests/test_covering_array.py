@@ -193,7 +193,7 @@ def test_the_count_fails_on_the_plan_made_before_it():
             flat = [[p, v, [sorted(map(list, h)) for h in hs]] for (p, v), hs in hidden.items()]
             recs.append({"values": got, "hidden": flat})
     reached = {n for r in recs for n in pairs_tuples.reached(r["values"], 2)}
-    shown = {n for r in recs for n in pairs_tuples.observable_in(r["values"], coverage_tables._hidden(r), 2)}
+    shown = {n for r in recs for n in pairs_tuples.observable_in(r["values"], coverage_tables.hidden_of(r), 2)}
     hidden_pairs = reached - shown
     assert "Dk: 256 × direction: backward" in hidden_pairs, sorted(hidden_pairs)[:10]
     assert len(hidden_pairs) >= 10
@@ -249,3 +249,38 @@ def test_docs_case_space_lists_every_value_class_and_hiding_rule():
     assert not missing, f"docs/case-space.md does not list: {missing}"
     rules = [r.hider for r in pairs_hiding.RULES if r.hider not in text]
     assert not rules, f"docs/case-space.md does not name the hiding rules of: {rules}"
+
+
+class _RaisesOnOneDMask(BaseKernel):
+    """torch 2.13's CPU SDPA on a 1-D boolean mask [S]: an IndexError, whatever else the row holds."""
+
+    def forward(self, case):
+        if case.mask is not None and np.ndim(case.mask) == 1:
+            raise IndexError("Dimension out of range")
+        return super().forward(case)
+
+
+def test_a_row_the_kernel_raises_on_does_not_hide_its_other_pairs():
+    """The rows holding a 1-D mask raise, and took every other pair they held with them (Dk = 128 x a
+    zero scale, ...). The clause runs each such pair again in a row of its own: every pair is observable
+    but those of the 1-D mask itself, which the kernel fails alone and which are named blocked by it."""
+    from conformance.clauses import test_covering as tc
+    from conformance.harness.calls.guarded import GuardedAdapter
+    from conformance.harness.run import pair_coverage
+    from conformance.harness.spec.report import ClauseViolation
+
+    impl = GuardedAdapter(_RaisesOnOneDMask(), spec="raises-on-1d-mask", timeout=0)
+    with pytest.raises(ClauseViolation, match="IndexError"):
+        tc._check_rows(impl, "forward")
+    recs = getattr(impl, pair_coverage.ATTR)
+    table = coverage_tables.pairs_table(recs, impl.declaration, (2,))["2"]
+    forward = [a for a in covering.plan(impl.declaration, 2).admitted if ("direction", "backward") not in a]
+    names = {pairs_tuples.name(a) for a in forward}
+    blocked = table["blocked"]
+    assert blocked and set(blocked.values()) == {"mask form: [S]"}, blocked
+    assert all("mask form: [S]" in a for a in blocked)
+    missing = [a for a in names if a in table["not_reached"] or a in table["not_observable"]]
+    assert missing == [], missing[:8]  # every forward pair not of the 1-D mask itself is observable
+    without = [r for r in recs if "blocked" not in r]
+    lost = names - {n for r in without[: len(tc._rows(impl, "forward"))] for n in pairs_tuples.reached(r["values"], 2)}
+    assert len(lost - set(blocked)) > 0  # the planned rows alone left pairs unreached: the repair rows reached them

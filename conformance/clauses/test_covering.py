@@ -13,12 +13,16 @@ replays (``harness.judge.dropout_replay``). A row "called again" runs right afte
 the same Q, K, V shapes whose other values differ (``pairs_cases.twin``), so a kernel that caches
 per shape answers one of the two with the other's; both are judged.
 
-All rows run even after one fails (so coverage is counted for every row the kernel took); the first
-failing row is then shrunk: each parameter in turn is reset to its default class, and the reset is kept
+All rows run even after one fails (so coverage is counted for every row the kernel took). A row the
+kernel raised on or refused never reached it, and neither did the other pairs it carried: each of
+those that no case showed runs again in a row of its own; a pair whose value the kernel fails even
+alone is *blocked* by it, named so in the coverage summary. The first failing row is then shrunk: each parameter in turn is reset to its default class, and the reset is kept
 while the row still fails, so the report names the fewest non-default classes that still fail.
 """
 
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 
@@ -28,7 +32,9 @@ from conformance.harness.cases import covering
 from conformance.harness.cases.pairs_cases import build_planned, build_twin, row_reasons
 from conformance.harness.cases.pairs_cases import twin as twin_of
 from conformance.harness.cases.pairs_space import PARAMETERS, Call
+from conformance.harness.cases.pairs_tuples import name, observable_in, tuples_of
 from conformance.harness.judge import compare, dropout_replay
+from conformance.harness.records.coverage_tables import hidden_of
 from conformance.harness.run import pair_coverage
 from conformance.harness.spec.clause import Source, clause
 from conformance.harness.spec.report import ClauseViolation
@@ -101,7 +107,10 @@ def _run(impl: GuardedAdapter, i: int, row: dict[str, str], direction: str) -> N
     """Row ``i`` (as planned, or a shrunk ``row``) as one case through the error model, after its twin
     when it is called again; records the classes that reached the kernel."""
     plan = covering.plan(impl.declaration, _t())
-    picks, seed = plan.picks[i], plan.seeds[i]
+    _run_row(impl, row, plan.seeds[i], plan.picks[i], direction)
+
+
+def _run_row(impl: GuardedAdapter, row: dict[str, str], seed: int, picks: dict | None, direction: str) -> None:
     if row["call"] == "again":
         twin, twin_grad = build_twin(row, impl.declaration, seed, picks, _t())
         impl.require(twin)
@@ -111,7 +120,8 @@ def _run(impl: GuardedAdapter, i: int, row: dict[str, str], direction: str) -> N
             text = str(exc).removesuffix(f"\n  case: {exc.case.describe()}") if exc.case is not None else str(exc)
             msg = f"the twin called right before this row (same Q, K, V shapes, other values) fails:\n  {text}"
             again = type(exc)(msg, exc.case)
-            again.twin = {**twin_of(impl.declaration, row, _t(), plan.defaults), "direction": direction}
+            defaults = covering.plan(impl.declaration, _t()).defaults
+            again.twin = {**twin_of(impl.declaration, row, _t(), defaults), "direction": direction}
             raise again from None
     case, grad_out = build_planned(row, impl.declaration, seed, picks, _t())
     impl.require(case)  # never rejects: the plan holds only rows the declaration admits
@@ -130,6 +140,61 @@ def _fails(impl: GuardedAdapter, i: int, row: dict[str, str], direction: str) ->
     except ClauseViolation as exc:
         return exc
     return None
+
+
+def _records(impl: GuardedAdapter) -> list[dict]:
+    return getattr(impl, pair_coverage.ATTR, None) or []
+
+
+def _recover(impl: GuardedAdapter, lost: list[dict[str, str]], direction: str) -> list:
+    """A row the kernel raised on hides every other pair it carried: a 1-D mask torch cannot take also
+    carried Dk = 128 x a zero scale, which no other row holds where it shows. Each pair of such a row
+    that no case of this clause showed runs again in a row of its own, every other value at its default
+    where the declaration admits that (``admission.complete`` otherwise). Where that row too never
+    reaches the kernel, each of the pair's two values runs alone; a value the kernel fails alone
+    *blocks* the pair (recorded, and named by the coverage summary: nothing can show there on this
+    kernel). Returns the failures of the rows run here, numbered after the plan's."""
+    plan = covering.plan(impl.declaration, _t())
+    decl, defaults = impl.declaration, plan.defaults
+    shown = {label for r in _records(impl) if "values" in r for label in observable_in(r["values"], hidden_of(r), 2)}
+    failed: list = []
+    numbers = itertools.count(len(plan.rows))
+    took_alone: dict[tuple[str, str], bool | None] = {}
+
+    def attempt(tup: tuple, avoid: frozenset) -> bool | None:
+        """Whether a row showing ``tup`` reached the kernel (None: no admitted row shows it)."""
+        i = next(numbers)
+        found = covering.row_showing(decl, tup, _t(), defaults, i, avoid - set(tup))
+        if found is None:
+            return None
+        row, picks, seed = found
+        row = {**row, "direction": direction}
+        if decl.not_supported_reasons(build_planned(row, decl, seed, picks, _t())[0]):
+            return None  # admitted rows are supported; a repair row must never skip the clause
+        before = len(_records(impl))
+        try:
+            _run_row(impl, row, seed, picks, direction)
+        except ClauseViolation as exc:
+            failed.append((i, row, exc))
+        return len(_records(impl)) > before
+
+    for row in lost:
+        # the row's other values: one of them may be what the kernel raised on
+        avoid = frozenset((p, v) for p, v in row.items() if v != defaults[p] and p != "direction")
+        for tup in tuples_of(row, 2):
+            label = name(tup)
+            if label in shown:
+                continue
+            shown.add(label)  # tried once
+            if attempt(tup, avoid) is not False:
+                continue
+            for p, v in tup:
+                if (p, v) not in took_alone and v != defaults[p]:
+                    took_alone[(p, v)] = attempt(((p, v),), avoid)
+            by = [f"{p}: {v}" for p, v in tup if took_alone.get((p, v)) is False]
+            if by:
+                pair_coverage.record_blocked(impl, label, by[0])
+    return failed
 
 
 def _shrink(impl: GuardedAdapter, i: int, row: dict[str, str], exc: ClauseViolation, direction: str):
@@ -157,12 +222,18 @@ def _check_rows(impl: GuardedAdapter, direction: str) -> None:
         impl.not_applicable(f"the covering array has no {direction} row for this declaration")
     plan = covering.plan(impl.declaration, _t())
     failed = []
+    lost = []  # rows the kernel raised on or refused: their pairs never reached it
     for i in rows:
+        before = len(_records(impl))
         exc = _fails(impl, i, plan.rows[i], direction)
         if exc is not None:
             failed.append((i, plan.rows[i], exc))
+            if len(_records(impl)) == before:
+                lost.append({**plan.rows[i], "direction": direction})
             if FIRST_FAILING_ROW:
                 break
+    if lost and not FIRST_FAILING_ROW:
+        failed += _recover(impl, lost, direction)
     if not failed:
         return
     i, row, exc = failed[0]

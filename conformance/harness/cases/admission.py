@@ -20,6 +20,7 @@ Tuple = tuple[tuple[str, str], ...]  # ((parameter, value), ...) in table order
 
 
 _CONSTRAINED = {name for c in CONSTRAINTS for name in c.params}
+BUDGET = 1000  # rows checked by one completion (ten times that for one that avoids values)
 _CONSTRAINED_FIRST = sorted(PARAMETERS, key=lambda p: p.name not in _CONSTRAINED)
 
 
@@ -31,20 +32,35 @@ def _shows(decl: Declaration, row: dict[str, str], start: dict[str, str]) -> boo
     return pairs_hiding.observable(tup, pairs_hiding.predicted(classes, decl, direction))
 
 
-def complete(decl: Declaration, start: dict[str, str], t: int, defaults: dict[str, str]):
+def complete(
+    decl: Declaration, start: dict[str, str], t: int, defaults: dict[str, str], avoid: frozenset = frozenset()
+):
     """(``start`` extended to a whole admitted row that shows it, None) or (None, the reasons met
     deepest in the search).
 
     Missing parameters are tried in table order, those that constraints name first (a dead end shows
-    early), values in listed order, depth-first with backtracking (a bounded number of checks)."""
+    early), values in listed order, depth-first with backtracking (a bounded number of checks). With
+    ``avoid`` ((parameter, value) pairs), a row without them is searched for first."""
+    if avoid:
+        row, _ = _complete(decl, start, t, defaults, avoid, 10 * BUDGET)
+        if row is not None:
+            return row, None
+    return _complete(decl, start, t, defaults, frozenset(), BUDGET)
+
+
+def _complete(
+    decl: Declaration, start: dict[str, str], t: int, defaults: dict[str, str], avoid: frozenset, checks: int
+):
     missing = [p for p in _CONSTRAINED_FIRST if p.name not in start]
-    budget = [1000]
+    budget = [checks]
     deepest: list = [-1, row_reasons(decl, {**defaults, **start}, t, defaults)]
 
     def extend(row: dict[str, str], i: int) -> dict[str, str] | None:
         if i == len(missing):
             return row if _shows(decl, row, start) else None
         for v in missing[i].values:
+            if (missing[i].name, v.name) in avoid:
+                continue
             budget[0] -= 1
             if budget[0] < 0:
                 return None

@@ -142,6 +142,32 @@ def _fill(decl: Declaration, out: Plan, values, t: int, defaults: dict[str, str]
                 out.admitted.remove(seed)
 
 
+def row_showing(
+    decl: Declaration, tup: Tuple, t: int, defaults: dict[str, str], i: int, avoid: frozenset = frozenset()
+):
+    """(row, picks, seed) of a row of its own that shows ``tup``, or None: what the covering clause runs
+    again for a tuple the plan's row for it never showed (the kernel raised on that row). Tried in turn:
+    every other value at its default; one other value changed (a mask content needs a mask form), none
+    of ``avoid`` (values the kernel raised on); a plain completion."""
+    need = dict(tup)
+    full = {**defaults, **need}
+    rows = [full]
+    for p in PARAMETERS:
+        if p.name not in need:
+            rows += [
+                {**full, p.name: v.name} for v in p.values if v.name != full[p.name] and (p.name, v.name) not in avoid
+            ]
+    rows = [r for r in rows if not row_reasons(decl, r, t, defaults)][:4]
+    rows += [r for r in (complete(decl, need, t, defaults, avoid)[0],) if r is not None and r not in rows]
+    for row in rows:
+        for k in range(3):  # the k-th candidate of every class: B "equal to H" needs an H to equal
+            picks = {p: k for p in row}
+            shown, seed = _shown(decl, row, picks, i, t)
+            if any(set(tup) <= set(x) for x in shown):  # a tuple of the plan's strength that holds it
+                return row, picks, seed
+    return None
+
+
 def _shown(decl: Declaration, row: dict[str, str], picks: dict[str, int], i: int, t: int) -> tuple[set[Tuple], int]:
     """The tuples the case of ``row`` shows, and its seed: rebuilt with other draws (up to ``RETRIES``
     times) while the case hides a tuple the rules say it shows."""

@@ -72,7 +72,9 @@ def plan_summary(decl: Declaration, t: int) -> dict[str, Any]:
     }
 
 
-def _hidden(rec: dict[str, Any]) -> dict:
+def hidden_of(rec: dict[str, Any]) -> dict:
+    """What a value-class record (``run.pair_coverage.record``) says was hidden in its case, as
+    ``pairs_hiding`` takes it."""
     return {(p, v): [frozenset(map(tuple, h)) for h in hs] for p, v, hs in rec.get("hidden", [])}
 
 
@@ -89,6 +91,8 @@ def pairs_table(
     out: dict[str, Any] = {}
     hidden_by: dict[str, set[str]] = {}
     taken: dict[str, set[str]] = {}
+    blocked = {r["blocked"]: r["by"] for r in recs if "blocked" in r}
+    recs = [r for r in recs if "values" in r]
     for r in recs:
         for p, values in r.get("took", {}).items():
             if p in r["values"]:
@@ -98,7 +102,7 @@ def pairs_table(
         reached: set[str] = set()
         shown: set[str] = set()
         for r in recs:
-            values, hidden = r["values"], _hidden(r)
+            values, hidden = r["values"], hidden_of(r)
             names = pairs_tuples.reached(values, t)
             reached.update(names)
             visible = set(pairs_tuples.observable_in(values, hidden, t))
@@ -107,6 +111,9 @@ def pairs_table(
                 for name in set(names) - visible:
                     hidden_by.setdefault(name, set()).update(pairs_hiding.describe(hidden))
         admitted = plan["admitted"]
+        # a pair whose value the kernel fails alone (the covering clause ran it so) cannot show anything
+        # else there; named apart, and out of the share observable coverage is stated as
+        stopped = {a: blocked[a] for a in admitted if t == 2 and a in blocked and a not in shown}
         out[str(t)] = {
             "rows": plan["rows"],
             "admitted": len(admitted),
@@ -114,9 +121,12 @@ def pairs_table(
             "reached": sum(a in reached for a in admitted),
             "cases": len(recs),
             "not_observable": {
-                a: sorted(hidden_by.get(a, ()))[:4] for a in admitted if a in reached and a not in shown
+                a: sorted(hidden_by.get(a, ()))[:4]
+                for a in admitted
+                if a in reached and a not in shown and a not in stopped
             },
-            "not_reached": [a for a in admitted if a not in reached],
+            "not_reached": [a for a in admitted if a not in reached and a not in stopped],
+            "blocked": stopped,
             "excluded": plan["excluded"],
             "excluded_values": plan["excluded_values"],
             "values_taken": {k: _sorted_values(v) for k, v in sorted(taken.items())},
@@ -139,7 +149,17 @@ def pairs_line(t: str, rec: dict[str, Any], shown: int = 4) -> str:
     excluded, with reasons)``: a pair counts where it reached the kernel and no third value hid it."""
     what = {"2": "pairs", "3": "triples"}.get(t, f"{t}-tuples")
     obs = rec.get("observable", rec["reached"])
-    text = f"{t}-way: {_n(obs)} / {_n(rec['admitted'])} admitted {what} observable ({rec['rows']} rows"
+    blocked = rec.get("blocked") or {}
+    text = f"{t}-way: {_n(obs)} / {_n(rec['admitted'] - len(blocked))} admitted {what} observable"
+    if blocked:
+        by = sorted(set(blocked.values()))
+        text += (
+            f" ({_n(len(blocked))} more blocked: the kernel fails every case of "
+            + ", ".join(f"`{b}`" for b in by[:3])
+            + (f" and {len(by) - 3} more values" if len(by) > 3 else "")
+            + " alone)"
+        )
+    text += f" ({rec['rows']} rows"
     text += f", {_n(rec['cases'])} cases" if "cases" in rec else ""
     nv = len(rec["excluded_values"])
     text += f"; {_n(len(rec['excluded']))} {what} and {nv} value{'s' * (nv != 1)} excluded, with reasons)"
@@ -170,6 +190,13 @@ def pairs_markdown(record_: dict[str, Any]) -> list[str]:
         if rec.get("not_observable"):
             out.append("Reached, but only where another value hid them:\n")
             out += [f"- `{a}`: hidden as {'; '.join(by) or '?'}" for a, by in rec["not_observable"].items()]
+            out.append("")
+        if rec.get("blocked"):
+            out.append(
+                "Blocked: admitted, but a value of the pair fails alone on this kernel (it raised or refused "
+                "a case holding only that value), so nothing else can show there:\n"
+            )
+            out += [f"- `{a}`: blocked by `{by}`" for a, by in rec["blocked"].items()]
             out.append("")
         if rec["not_reached"]:
             out.append("Admitted but never reached: " + "; ".join(f"`{a}`" for a in rec["not_reached"]) + "\n")

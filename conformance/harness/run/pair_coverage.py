@@ -54,6 +54,16 @@ def record(impl: Any, case: Case, how: Call, planned: dict[str, str]) -> None:
     )
 
 
+def record_blocked(impl: Any, pair: str, by: str) -> None:
+    """Note that the admitted ``pair`` cannot reach the kernel behind ``impl``: its value ``by`` fails
+    alone there (the covering clause ran it in a row of its own, and the kernel raised or refused)."""
+    store = getattr(impl, ATTR, None)
+    if store is None:
+        store = []
+        setattr(impl, ATTR, store)
+    store.append({"blocked": pair, "by": by})
+
+
 PLANS_SENT = "covering_plans_sent"  # set on the guarded adapter once its plans went into a report
 
 
