@@ -111,9 +111,14 @@ def _run(impl: GuardedAdapter, i: int, row: dict[str, str], direction: str) -> N
 
 
 def _run_row(impl: GuardedAdapter, row: dict[str, str], seed: int, picks: dict | None, direction: str) -> None:
+    """The row's case through the error model, after its twin when it is called again. A twin that
+    fails is reported, but where the kernel returned its answer the row still runs after it: a row that
+    passes then shows its pairs (a twin met by a known cause must not hide them); one that fails too
+    credits nothing."""
     if row["call"] == "again":
         twin, twin_grad = build_twin(row, impl.declaration, seed, picks, _t())
         impl.require(twin)
+        before = impl.cases_run
         try:
             _judge(impl, twin, twin_grad, direction)
         except ClauseViolation as exc:
@@ -122,7 +127,17 @@ def _run_row(impl: GuardedAdapter, row: dict[str, str], seed: int, picks: dict |
             again = type(exc)(msg, exc.case)
             defaults = covering.plan(impl.declaration, _t()).defaults
             again.twin = {**twin_of(impl.declaration, row, _t(), defaults), "direction": direction}
+            if impl.cases_run > before:  # the twin's call returned: the row is still called after it
+                n = len(_records(impl))
+                try:
+                    _run_case(impl, row, seed, picks, direction)
+                except ClauseViolation:  # the twin's failure is the one reported: credit nothing here
+                    del _records(impl)[n:]
             raise again from None
+    _run_case(impl, row, seed, picks, direction)
+
+
+def _run_case(impl: GuardedAdapter, row: dict[str, str], seed: int, picks: dict | None, direction: str) -> None:
     case, grad_out = build_planned(row, impl.declaration, seed, picks, _t())
     impl.require(case)  # never rejects: the plan holds only rows the declaration admits
     before = impl.cases_run
@@ -152,8 +167,8 @@ def _recover(impl: GuardedAdapter, lost: list[dict[str, str]], direction: str) -
     that no case of this clause showed runs again in a row of its own, every other value at its default
     where the declaration admits that (``admission.complete`` otherwise). Where that row too never
     reaches the kernel, each of the pair's two values runs alone; a value the kernel fails alone
-    *blocks* the pair (recorded, and named by the coverage summary: nothing can show there on this
-    kernel). Returns the failures of the rows run here, numbered after the plan's."""
+    *blocks* the pair, and where each value alone reaches it the pair blocks itself (recorded, and named
+    by the coverage summary: nothing else can show there on this kernel). Returns the failures of the rows run here, numbered after the plan's."""
     plan = covering.plan(impl.declaration, _t())
     decl, defaults = impl.declaration, plan.defaults
     shown = {label for r in _records(impl) if "values" in r for label in observable_in(r["values"], hidden_of(r), 2)}
@@ -192,8 +207,8 @@ def _recover(impl: GuardedAdapter, lost: list[dict[str, str]], direction: str) -
                 if (p, v) not in took_alone and v != defaults[p]:
                     took_alone[(p, v)] = attempt(((p, v),), avoid)
             by = [f"{p}: {v}" for p, v in tup if took_alone.get((p, v)) is False]
-            if by:
-                pair_coverage.record_blocked(impl, label, by[0])
+            # each value taken alone: the pair itself is what the kernel fails (float32 x a negative scale)
+            pair_coverage.record_blocked(impl, label, by[0] if by else label)
     return failed
 
 
