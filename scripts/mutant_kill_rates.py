@@ -13,9 +13,7 @@ certifies a user's kernel, and this tool runs from a checkout, beside the self-t
 Each mutant is certified in this process (``--jobs N``: N processes; use it only on a quiet machine)
 and stops at its first failing clause, in this order: the run's cheap broad clauses
 (``harness.run.ordering.FIRST``), then the covering clauses (row by row, stopping at the first failing
-row, not shrunk), then every other clause of the ci (or thorough) profile in run order (in thorough,
-whose 3-way arrays cost the most, the covering clauses come last; the order changes which clause is
-named first, never whether a mutant is killed); the
+row, not shrunk), then every other clause of the ci (or thorough) profile in run order; the
 long-sequence and performance clauses are left out as a ci certification leaves them out. A mutant
 that passes everything is a survivor; for each the script looks for a row of the value classes that
 holds its trigger and a class its perturbation needs, built as a case, on which it differs from the
@@ -48,10 +46,7 @@ def _clauses(profile: str):
     clauses = load_clauses()
     cover = ("COVER-PAIRS-01", "COVER-PAIRS-GRAD-02")
     rest = sorted((c for c in clauses if c not in FIRST and c not in cover), key=rank)
-    if profile == "thorough":  # its 3-way arrays are the dearest clauses: every other one first
-        order = [c for c in FIRST if c in clauses] + rest + list(cover)
-    else:
-        order = [c for c in FIRST if c in clauses] + list(cover) + rest
+    order = [c for c in FIRST if c in clauses] + list(cover) + rest
     return [(c, clauses[c]) for c in order if clauses[c].func.__module__ not in NOT_IN_CI or profile == "thorough"]
 
 
