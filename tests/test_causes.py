@@ -95,6 +95,31 @@ def test_a_convention_is_suggested_only_for_the_features_it_is_about():
     assert cause["features"] == ["large |scores| (>= 64)"] and cause["declare"] is None
 
 
+def test_a_fill_of_blocked_rows_is_not_matched_by_nan_everywhere():
+    """NaN in the row a mask blocks entirely matches all_blocked=nan; NaN in every row does not (NaN outside
+    those rows is not the fill's: torch 2.13's SDPA with is_causal, a mask and scale 0 NaNs every row)."""
+    import numpy as np
+
+    from conformance.contract import Case, Declaration
+    from conformance.harness.causes.conventions import matching_conventions
+    from conformance.harness.judge.expected import expected
+
+    rng = np.random.default_rng(5)
+    q, k, v = (rng.standard_normal((1, 2, n, 8)) for n in (3, 4, 4))
+    mask = np.zeros((3, 4), dtype=bool)
+    mask[1] = True
+    case = Case(q, k, v, mask=mask, seed=5, label="row 1 blocked entirely")
+    decl = Declaration()
+    right = np.asarray(expected(case, decl).out, dtype=np.float64)
+    nan_row = right.copy()
+    nan_row[:, :, 1] = np.nan
+    assert "all_blocked=nan" in matching_conventions(case, nan_row, decl)
+    wrong_elsewhere = nan_row.copy()
+    wrong_elsewhere[:, :, 0] += 1.0  # another error (a value) elsewhere does not hide the fill
+    assert "all_blocked=nan" in matching_conventions(case, wrong_elsewhere, decl)
+    assert "all_blocked=nan" not in matching_conventions(case, np.full_like(right, np.nan), decl)
+
+
 def test_a_failure_without_a_case_is_listed_unexplained():
     rows = [_passed("A", "float32", "no mask"), ClauseResult("B", "k", "float32", "failed").as_dict()]
     found = causes.likely_causes(rows)

@@ -5,7 +5,8 @@ boolean mask of the other sense, rows blocked entirely filled with the mean of V
 from a bug by asking the oracle for the case under that convention and comparing the kernel's own
 output with it, under the allowance of the same declaration: only a match within the error model
 suggests the ``--declare``. Rows blocked entirely are compared on those rows alone, so another
-error elsewhere in the output does not hide the fill, and only the elements where the convention's
+error elsewhere in the output does not hide the fill (unless it is NaN or inf: a non-finite value
+outside those rows is not the fill's), and only the elements where the convention's
 answer differs from the declared one count: a case whose candidates coincide there (V = 0, one key)
 is no evidence for either. Runs once per failing clause test, on the last
 output the kernel returned (``GuardedAdapter.recent_calls``), so it costs a few oracle calls per
@@ -109,7 +110,18 @@ def _matches(
         apart = apart & np.broadcast_to(np.asarray(empty)[..., None], apart.shape)
     if not apart.any():
         return False
+    if rows and not _finite_elsewhere(out, declared[0], empty):
+        return False
     return bool(np.all(err[apart] <= allowed[apart])) and (not rows or bool(np.all(err[empty] <= allowed[empty])))
+
+
+def _finite_elsewhere(out: np.ndarray, declared: np.ndarray, empty: np.ndarray) -> bool:
+    """Whether ``out`` is finite outside the rows blocked entirely wherever the declared answer is: a
+    convention about those rows (a fill, NaN) says nothing of the others, so a value error there does not
+    hide it, but NaN or inf there is not the fill's (a kernel whose whole output is NaN matches no
+    convention about its blocked rows)."""
+    outside = ~np.broadcast_to(np.asarray(empty, dtype=bool)[..., None], np.shape(out))
+    return bool(np.all(np.isfinite(out[outside]) | ~np.isfinite(np.asarray(declared)[outside])))
 
 
 def known_convention(text: str) -> bool:
