@@ -120,6 +120,46 @@ class ScaleStoredBf16(BaseKernel):
         return float(_bf16(case.effective_scale))
 
 
+@mutant("causal_before_scale")
+class CausalBeforeScale(BaseKernel):
+    """Writes is_causal's -inf into the raw scores QK^T and multiplies by the scale afterwards (a fused kernel
+    masking its tile before scaling it): right for every positive scale; a scale of 0 gives -inf * 0 = NaN in
+    every causal row, a negative one +inf at the future keys (torch 2.13's CPU flash path with is_causal)."""
+
+    def weights(self, case):
+        if not case.is_causal:
+            return super().weights(case)
+        q, k, v = self.operands(case)
+        w = self.work(case)
+        raw = np.where(self.causal(case.T, case.S), -np.inf, self.raw_scores(case, q, k, v))
+        with np.errstate(invalid="ignore", over="ignore"):
+            scores = raw * w(self.scale(case))
+            if case.bias is not None:
+                bias = np.broadcast_to(np.asarray(case.bias, dtype=np.float64), case.weights_shape)
+                scores = scores + np.where(np.isneginf(bias), 0.0, bias).astype(w)
+            return self.softmax(scores.astype(w), self.blocked(case.replace(is_causal=False)))
+
+
+@mutant("mask_before_scale")
+class MaskBeforeScale(BaseKernel):
+    """Adds the mask (a boolean mask as -inf, M as it is) to QK^T and multiplies the sum by the scale:
+    softmax(scale (QK^T + M)) V. Right for a scale of 1 and, for -inf alone, every positive scale; a finite
+    M is scaled too, and a scale of 0 gives NaN at every blocked key, a negative one +inf."""
+
+    def weights(self, case):
+        q, k, v = self.operands(case)
+        w = self.work(case)
+        shape = case.weights_shape
+        added = np.zeros(shape)
+        if case.mask is not None:
+            added = np.where(np.broadcast_to(np.asarray(case.mask, dtype=bool), shape), -np.inf, added)
+        if case.bias is not None:
+            added = added + np.broadcast_to(np.asarray(case.bias, dtype=np.float64), shape)
+        with np.errstate(invalid="ignore", over="ignore"):
+            scores = (self.raw_scores(case, q, k, v) + added.astype(w)) * w(self.scale(case))
+            return self.softmax(scores.astype(w), self.blocked(case.replace(mask=None, bias=None)))
+
+
 # -- lse from a pass of its own ---------------------------------------------------------------------------
 @mutant("lse_ignores_softcap")
 class LseIgnoresSoftcap(VariantKernel):

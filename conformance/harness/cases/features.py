@@ -160,6 +160,8 @@ def features(case: Case, what: str = "forward", folded: bool = False, alignment:
     feats += _magnitude_features(case)
     if case.scale is not None:
         feats.append("negative scale" if case.scale < 0 else "custom scale")
+        if case.scale == 0:  # softmax of the mask alone: -inf * 0 = NaN in a kernel that masks before it scales
+            feats.append("zero scale")
     if case.dropout_p > 0:
         feats.append("dropout")
     return feats
@@ -185,7 +187,8 @@ FIXED = frozenset(
         "causal", "causal, T != S", "causal + mask", "suite folded causal into the mask", "decode T = 1",
         "S = 1", "head dim <= 8", "head dim > 128", "head dim not a multiple of 8", "Dk != Dv",
         "|QK^T| > 65504 (float16 max)", f"large |scores| (>= {LARGE_SCORE:g})", "negative scale",
-        "custom scale", "dropout", call_feature("vjp"), "mask broadcast along T", "mask broadcast along S",
+        "custom scale", "zero scale", "dropout", call_feature("vjp"), "mask broadcast along T",
+        "mask broadcast along S",
     }
 )  # fmt: skip
 _PATTERNS = (
