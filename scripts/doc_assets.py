@@ -14,7 +14,7 @@ What it writes, from the repository root:
   whose failing cases are drawn;
 * ``docs/matrix.md``, ``docs/failing-cases/*.svg`` and ``docs/matrix-html.png``: ``python -m
   conformance.matrix --jobs 2`` over every built-in available here but the torch.compile ones (they
-  join with ``--with-compiled``);
+  join with ``--with-compiled``, or as certificates written beforehand with ``--compiled-certificates``);
 * ``docs/certificates-compare-html.png``: ``python -m conformance.certificates html`` of three of the
   matrix's certificates side by side;
 * ``docs/assets.json``: for each screenshot, the page it shows, its SHA-256, the clause count and
@@ -101,6 +101,15 @@ def main(argv: list[str] | None = None) -> int:
         "minutes cold on a 2-core CPU",
     )
     ap.add_argument(
+        "--compiled-certificates",
+        nargs="+",
+        metavar="JSON",
+        default=[],
+        help="certificates of the torch.compile built-ins written beforehand (python -m pytest conformance/clauses "
+        "--impl=torch-flex --certificate=out/compiled/torch-flex.json -n auto), put in the matrix as they are "
+        "instead of certifying those built-ins again",
+    )
+    ap.add_argument(
         "--screenshots-only", action="store_true", help="retake the screenshots of the pages written by the last run"
     )
     args = ap.parse_args(argv)
@@ -136,7 +145,9 @@ def main(argv: list[str] | None = None) -> int:
         from implementations import INDUCTOR
 
         usable, _ = probe_builtins()
-        columns = [f"--impl={s}" for s in usable if args.with_compiled or s not in INDUCTOR]
+        given = [str(Path(c).resolve()) for c in args.compiled_certificates]
+        columns = [f"--impl={s}" for s in usable if (args.with_compiled and not given) or s not in INDUCTOR]
+        columns += ["--certificates", *given] if given else []
         run([py, "-m", "conformance.matrix", "--out", "out/matrix", "--jobs", args.jobs, *columns])
         shutil.copyfile(OUT / "matrix" / "matrix.md", DOCS / "matrix.md")
         shutil.rmtree(DOCS / "failing-cases", ignore_errors=True)
