@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -145,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         from implementations import INDUCTOR
 
         usable, _ = probe_builtins()
-        given = [str(Path(c).resolve()) for c in args.compiled_certificates]
+        given = [os.path.relpath(Path(c).resolve(), ROOT) for c in args.compiled_certificates]
         columns = [f"--impl={s}" for s in usable if (args.with_compiled and not given) or s not in INDUCTOR]
         columns += ["--certificates", *given] if given else []
         run([py, "-m", "conformance.matrix", "--out", "out/matrix", "--jobs", args.jobs, *columns])
