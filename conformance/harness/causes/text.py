@@ -45,6 +45,9 @@ _FEATURE_HINTS = {
     "large |scores| (>= 64)": "large scores mishandled (no max subtracted, or a finite fill for blocked keys)?",
     "row blocked entirely: bool": "the fill of rows blocked entirely (000 §8: weights and output 0)?",
     "row blocked entirely: float -inf": "the fill of rows of -inf in a float mask?",
+    "zero scale": "a scale of 0: the mask applied before the scale (-inf x 0 = NaN), or 0 read as no scale?",
+    "negative scale": "a negative scale: the mask applied before the scale (-inf x -s = +inf), or sqrt(scale) "
+    "on Q and K?",
     "causal, T != S": "causal alignment when T != S?",
     "backward (vjp)": "the backward pass?",
     "dtype=float64": "float64 computed in a lower precision (000 §8 keeps float64)?",
