@@ -326,6 +326,9 @@ def test_kernel_libraries_name_the_kernels_own_library_not_the_contracts():
     assert list(kernel_libraries(registry.resolve("torch-eager").adapter)) == ["torch"]
     fn = registry.resolve("torch.nn.functional:scaled_dot_product_attention").adapter  # a wrapped function
     assert list(kernel_libraries(fn)) == ["torch"]
+    flex = registry.resolve("torch-flex").adapter
+    flex._flex()  # holds torch.compile(flex_attention) (compiled on first call): its module's imports are not kernels
+    assert list(kernel_libraries(flex)) == ["torch"]
     pytest.importorskip("transformers")
     hf = registry.resolve("hf-eager")  # its attention function is loaded on first use, then held
     assert hf.usable and set(kernel_libraries(hf.adapter)) == {"torch", "transformers"}

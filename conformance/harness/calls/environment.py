@@ -81,7 +81,7 @@ def _provides(dist: str, top: str) -> bool:
 
 def kernel_libraries(adapter: Any) -> dict[str, str]:
     """The installed libraries the kernel itself comes from, with their versions: the distributions
-    that the adapter's module imports, and those of the functions it holds (a wrapped function,
+    that the adapter's module imports, and the packages of the functions it holds (a wrapped function,
     ``adapter.fn``, or one it loaded on first use, as transformers' attention functions), less this
     suite and what the contract itself imports (NumPy), unless nothing else is left (a NumPy kernel).
 
@@ -95,8 +95,8 @@ def kernel_libraries(adapter: Any) -> dict[str, str]:
     tops = _imported_top_levels(type(adapter).__module__)
     for held in getattr(adapter, "__dict__", {}).values():
         origin = getattr(held, "__module__", None) if callable(held) else None
-        if isinstance(origin, str):
-            tops |= _imported_top_levels(origin)
+        if isinstance(origin, str):  # the held function's own package, not what its module imports
+            tops.add(origin.partition(".")[0])  # (flex_attention's module imports typing_extensions)
     found = libs(tops)
     ours = libs({"conformance", "implementations"})
     contract = libs(_imported_top_levels("conformance.contract"))
