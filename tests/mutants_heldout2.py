@@ -137,7 +137,8 @@ class CausalBeforeScale(BaseKernel):
             if case.bias is not None:
                 bias = np.broadcast_to(np.asarray(case.bias, dtype=np.float64), case.weights_shape)
                 scores = scores + np.where(np.isneginf(bias), 0.0, bias).astype(w)
-            return self.softmax(scores.astype(w), self.blocked(case.replace(is_causal=False)))
+            p = self.softmax(scores.astype(w), self.blocked(case.replace(is_causal=False)))
+        return np.where(self.blocked(case).all(axis=-1, keepdims=True), 0.0, p)  # rows blocked entirely: zeros
 
 
 @mutant("mask_before_scale")
@@ -157,7 +158,20 @@ class MaskBeforeScale(BaseKernel):
             added = added + np.broadcast_to(np.asarray(case.bias, dtype=np.float64), shape)
         with np.errstate(invalid="ignore", over="ignore"):
             scores = (self.raw_scores(case, q, k, v) + added.astype(w)) * w(self.scale(case))
-            return self.softmax(scores.astype(w), self.blocked(case.replace(mask=None, bias=None)))
+            p = self.softmax(scores.astype(w), self.blocked(case.replace(mask=None, bias=None)))
+        return np.where(self.blocked(case).all(axis=-1, keepdims=True), 0.0, p)  # rows blocked entirely: zeros
+
+
+@mutant("causal_before_scale_backward")
+class CausalBeforeScaleBackward(CausalBeforeScale):
+    """The forward is right; the backward recomputes the weights with is_causal's -inf written before the
+    scale (a backward kernel of its own, masking its tile before scaling it): NaN in dV for a scale of 0."""
+
+    def weights(self, case):
+        return BaseKernel.weights(self, case)
+
+    def backward_weights(self, case):
+        return CausalBeforeScale.weights(self, case)
 
 
 # -- lse from a pass of its own ---------------------------------------------------------------------------

@@ -25,6 +25,9 @@ import numpy as np
 
 from conformance.clauses.common import cross_dims, key_padding, supported
 from conformance.clauses.test_agreement import FORMULA
+from conformance.clauses.test_gradients import CHECK_GRADS, GRAD_RULE, cotangent
+from conformance.contract import Case
+from conformance.harness.calls.guarded import GuardedAdapter
 from conformance.harness.cases.build import random_case
 from conformance.harness.judge import compare
 from conformance.harness.spec.clause import Source, clause
@@ -57,6 +60,26 @@ def test_negative_scale(impl, dtype):
 def test_scale_before_mask(impl, dtype):
     """Each blocking path the kernel declares, alone, under each non-positive scale (a positive scale
     cannot tell a mask applied before the scale from one applied after)."""
+    for case in _scaled_blocking(impl, dtype):
+        compare.assert_output_matches(impl, case)
+
+
+@clause(
+    "SCALE-BEFORE-MASK-GRAD-07",
+    "the same cases backward: dQ, dK, dV agree with the oracle's VJP (a backward that recomputes the weights "
+    "with the mask written before the scale gets NaN where the forward was right)",
+    CHECK_GRADS,
+    requires=["custom_scale", "grad"],
+    kills=["causal_before_scale_backward"],
+    tolerance=GRAD_RULE,
+)
+def test_scale_before_mask_grad(impl, dtype):
+    for case in _scaled_blocking(impl, dtype):
+        compare.assert_vjp_matches(impl, case, cotangent(case, 1331))
+
+
+def _scaled_blocking(impl: GuardedAdapter, dtype: str) -> list[Case]:
+    """Scale 0 and -0.5, each with is_causal, a key-padding mask and -inf in M alone (those the kernel declares)."""
     dims = cross_dims(impl)
     padding = key_padding([dims["S"] - 1 if b % 2 == 0 else 2 for b in range(dims["B"])], dims["S"])
     bias = np.where(padding, -np.inf, 0.25 * np.cos(np.arange(dims["S"])))
@@ -68,5 +91,4 @@ def test_scale_before_mask(impl, dtype):
             base.replace(mask=padding, label=f"scale = {scale}, key padding mask"),
             base.replace(bias=bias, label=f"scale = {scale}, -inf at padded keys in M"),
         ]
-    for case in supported(impl, cases):
-        compare.assert_output_matches(impl, case)
+    return supported(impl, cases)
