@@ -16,6 +16,13 @@ An adapter is any object with:
     def vjp(self, case, grad_out) -> (dq, dk, dv)                    # only if grad
     def forward_with_lse(self, case) -> (out, lse)                   # only if returns_lse; lse [B, Hq, T]
 
+A case may carry a ``Presentation`` (how its numbers reach the kernel besides their values: which
+inputs ask for a gradient, the forward's autograd context, a second backward, the default dtype); its
+arrays carry their own memory (strides, offsets, one buffer or one object shared by two arguments).
+An adapter declares which of these its kernel really receives (``Declaration.presents``), and the
+suite varies only those. Under a presentation ``vjp`` returns None for an input that did not ask for
+its gradient, and (dq, dk, dv, dbias) when the additive M asked.
+
 The declaration says what the kernel supports and which conventions it follows; the suite selects
 clauses from it and tests every declared convention *as declared*. Optionally, an adapter of a
 library names the releases its declaration and expectations were measured with; when the installed
@@ -193,6 +200,87 @@ class CacheForm:
         return ", ".join(parts)
 
 
+# How a case's numbers reach the kernel, beyond the numbers (Case.presentation, Declaration.presents).
+# A kernel must give the same answer however the same numbers are handed over; each attribute is one
+# way the handing over can vary, and an adapter names the ones its kernel really receives:
+#   "memory"         the arrays' own memory: strides, a storage offset, views into one buffer shared
+#                    with other arguments, stride-0 (expanded) axes, the cotangent's layout too
+#   "identity"       one array object given for two arguments reaches the kernel as one object
+#   "requires_grad"  which inputs ask for a gradient (Presentation.requires_grad)
+#   "grad_mode"      the forward's autograd context: no_grad, grad enabled, inference mode
+#   "backward"       a second backward over the same graph (Presentation.backward)
+#   "default_dtype"  the process's default float dtype during the call (Presentation.default_dtype)
+PRESENTATION_ATTRIBUTES: tuple[str, ...] = (
+    "memory",
+    "identity",
+    "requires_grad",
+    "grad_mode",
+    "backward",
+    "default_dtype",
+)
+GradMode = Literal["no_grad", "grad", "inference"]
+GRAD_MODES: tuple[str, ...] = ("no_grad", "grad", "inference")
+GRAD_INPUTS: tuple[str, ...] = ("query", "key", "value", "bias")
+BackwardCalls = Literal["once", "twice"]
+
+
+@dataclass(frozen=True)
+class Presentation:
+    """How a case reaches the kernel besides its values and its arrays' memory (which the arrays
+    themselves carry: a view with strides and an offset, one object given twice, a stride-0 axis).
+
+    ``requires_grad``: the inputs that ask for a gradient, of :data:`GRAD_INPUTS` ("bias" is the
+    additive M, as the float mask the kernel receives); None is the direction's default (a forward:
+    none; a VJP: query, key and value). In a VJP the adapter returns None for each input that did not
+    ask, and the gradient of M fourth when "bias" asked. ``grad_mode``: the forward's context ("no_grad",
+    the default; "grad": autograd enabled, so an input that asks must get an output on the graph;
+    "inference": torch.inference_mode); a VJP always runs with autograd enabled. ``backward``: "twice"
+    runs the backward a second time over the same graph (retain_graph) and returns the second
+    result, which must equal the first. ``default_dtype``: the process's default float dtype during
+    the call ("float64" as a caller may have set it), None leaves it as it is.
+
+    Two arguments that are the same array object reach the kernel as one object; a VJP then returns
+    that object's whole gradient (the sum of both arguments' parts) under each of the two names.
+    """
+
+    requires_grad: frozenset[str] | None = None
+    grad_mode: GradMode = "no_grad"
+    backward: BackwardCalls = "once"
+    default_dtype: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.requires_grad is not None:
+            asked = frozenset(self.requires_grad)
+            unknown = sorted(asked - set(GRAD_INPUTS))
+            if unknown:
+                raise ValueError(f"requires_grad names {unknown}; known inputs: {', '.join(GRAD_INPUTS)}")
+            object.__setattr__(self, "requires_grad", asked)
+        if self.grad_mode not in GRAD_MODES:
+            raise ValueError(f"grad_mode={self.grad_mode!r}; one of {GRAD_MODES}")
+        if self.backward not in ("once", "twice"):
+            raise ValueError(f"backward={self.backward!r}; 'once' or 'twice'")
+        if self.default_dtype not in (None, "float32", "float64"):
+            raise ValueError(f"default_dtype={self.default_dtype!r}; None, 'float32' or 'float64'")
+
+    def asked(self, direction: str) -> frozenset[str]:
+        """The inputs that ask for a gradient in a call of ``direction`` ("forward" or "vjp")."""
+        if self.requires_grad is not None:
+            return self.requires_grad
+        return frozenset(("query", "key", "value")) if direction == "vjp" else frozenset()
+
+    def describe(self) -> str:
+        parts = []
+        if self.requires_grad is not None:
+            parts.append("requires_grad=" + ("{" + ",".join(sorted(self.requires_grad, key=GRAD_INPUTS.index)) + "}"))
+        if self.grad_mode != "no_grad":
+            parts.append(f"forward under {self.grad_mode}")
+        if self.backward != "once":
+            parts.append("backward twice over one graph")
+        if self.default_dtype is not None:
+            parts.append(f"default dtype {self.default_dtype}")
+        return ", ".join(parts) or "as usual"
+
+
 @dataclass(frozen=True, eq=False)
 class Case:
     """One attention problem, in the spec's layout and mask convention.
@@ -233,6 +321,8 @@ class Case:
     # Attention sinks (gpt-oss, FlashInfer ``sinks``): one learned logit per query head, [Hq], that
     # joins every row's softmax as a key with no value: weights exp(s_j) / (exp(sink_h) + sum_k exp(s_k)).
     sinks: np.ndarray | None = None
+    # How the case reaches the kernel besides its values (Presentation); None: as usual.
+    presentation: Presentation | None = None
 
     @property
     def dtype(self) -> str:
@@ -333,6 +423,11 @@ class Case:
         if self.kv_form is not None:
             parts.append(f"[{self.kv_form.describe()}]")
         parts.append(f"seed={self.seed}")
+        aliased = aliases(self)
+        if aliased:
+            parts.append("same object: " + "; ".join(" is ".join(group) for group in aliased))
+        if self.presentation is not None and self.presentation.describe() != "as usual":
+            parts.append(f"[{self.presentation.describe()}]")
         if self.label:
             parts.append(f"[{self.label}]")
         return " ".join(parts)
@@ -434,6 +529,11 @@ class Declaration:
     # of the case space still reached; discovery measures it (a new shape's first call against its
     # second). No clause's verdict depends on it.
     compiles_per_shape: bool = False
+    # What of a case's presentation reaches the kernel (PRESENTATION_ATTRIBUTES), set by the adapter for
+    # its own translation: an adapter that hands its kernel fresh dense copies presents none, NumPy
+    # kernels that take the case's arrays as they are present "memory" and "identity", an adapter
+    # calling a torch function can present them all. The case space varies only what is presented.
+    presents: frozenset[str] = frozenset()
     notes: str = ""
 
     def __post_init__(self) -> None:
@@ -462,6 +562,11 @@ class Declaration:
         if self.backend is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:+/-]*", self.backend):
             raise ValueError(f"backend={self.backend!r}: a kernel name such as flash, math, cudnn or xla")
         self._normalise_rejects_with()
+        presents = frozenset(self.presents)
+        unknown = sorted(presents - set(PRESENTATION_ATTRIBUTES))
+        if unknown:
+            raise ValueError(f"presents names {unknown}; known: {', '.join(PRESENTATION_ATTRIBUTES)}")
+        object.__setattr__(self, "presents", presents)
 
     def _check_formulations(self) -> None:
         if self.float32_computed_as not in FLOAT32_FORMATS:
@@ -508,6 +613,7 @@ class Declaration:
         d = dataclasses.asdict(self)
         d["dtypes"] = sorted(self.dtypes, key=DTYPES.index)
         d["rejects_with"] = sorted(self.rejects_with)
+        d["presents"] = [a for a in PRESENTATION_ATTRIBUTES if a in self.presents]
         return d
 
     def all_blocked_policy(self, case: Case) -> str:
@@ -577,6 +683,15 @@ class Declaration:
         if form is not None and form.append and not self.kv_append:
             reasons.append("declares no appending to the KV cache (kv_append)")
         return reasons
+
+
+def aliases(case: Case) -> list[tuple[str, ...]]:
+    """The groups of Q, K, V arguments that are one array object (``("query", "key")`` for
+    self-attention's ``q = k = x``), in argument order; empty when all three are distinct."""
+    groups: dict[int, list[str]] = {}
+    for name in ("query", "key", "value"):
+        groups.setdefault(id(getattr(case, name)), []).append(name)
+    return [tuple(g) for g in groups.values() if len(g) > 1]
 
 
 def parse_fill(text: str) -> tuple[str, str] | None:
@@ -682,4 +797,12 @@ class NotApplicable(Exception):
 
     The suite reports the clause as not applicable with this message (e.g. torch's own reason why a
     forced backend cannot take the inputs), never as a pass.
+    """
+
+
+class KernelFault(Exception):
+    """Raised by an adapter for a fault of the kernel that only the adapter can see, because it lies in
+    the kernel's own objects: an output cut from the autograd graph although an input asked for its
+    gradient, no gradient for an input that asked, a second backward over one graph that differs from
+    the first. The suite fails the running clause with this message; it is never a refusal.
     """

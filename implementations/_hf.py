@@ -27,7 +27,8 @@ import numpy as np
 import torch
 
 from conformance.contract import Case, Declaration
-from implementations._torch import manual_seed, qkv, to_numpy, to_torch
+from implementations import _torch
+from implementations._torch import manual_seed
 
 
 def version() -> str:
@@ -95,20 +96,16 @@ class HFAttention:
         mask = self._attention_mask(case, q.dtype)
         if mask is not None and mask.ndim < 4:  # a model's masks are 4-D, [B, 1, T, S] (masking_utils)
             mask = mask.reshape((1,) * (4 - mask.ndim) + tuple(mask.shape))
-        manual_seed(case.seed)
+        if case.dropout_p:  # only then: without dropout the caller's generator is left alone
+            manual_seed(case.seed)
         out, _ = self._fn(module, q, k, v, mask, scaling=scaling, **kwargs)
         return out.transpose(1, 2)
 
     def forward(self, case: Case) -> np.ndarray:
-        with torch.no_grad():
-            return to_numpy(self._call(case, *qkv(case)))
+        return _torch.forward(case, "cpu", lambda args: self._call(case, *args.qkv(case)))
 
-    def vjp(self, case: Case, grad_out: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        q, k, v = qkv(case, requires_grad=True)
-        with torch.enable_grad():
-            out = self._call(case, q, k, v)
-            grads = torch.autograd.grad(out, (q, k, v), grad_outputs=to_torch(grad_out).to(out.dtype))
-        return tuple(to_numpy(g) for g in grads)
+    def vjp(self, case: Case, grad_out: np.ndarray) -> tuple:
+        return _torch.vjp(case, grad_out, "cpu", lambda args: self._call(case, *args.qkv(case)))
 
 
 def bias_tensor(bias: np.ndarray, dtype: torch.dtype) -> torch.Tensor:

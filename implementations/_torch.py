@@ -1,8 +1,18 @@
-"""NumPy <-> torch conversion shared by the torch adapters.
+"""NumPy <-> torch conversion and the presented call, shared by the torch adapters.
 
-bfloat16 crosses the boundary through float32, which holds every bfloat16 value exactly, so the
-conversion never changes a number. Inputs are copied: a kernel that writes into its inputs must not
-be able to reach the suite's arrays through shared memory (the harness checks for that separately).
+The kernel receives the case's own memory (:class:`Arguments`): each array becomes a view of one
+torch tensor made over its NumPy buffer without a copy, with the array's strides and storage offset,
+so views into one buffer stay views into one storage, an array given for two arguments stays one
+tensor object, a stride-0 axis stays an expanded axis, and a kernel that writes into its inputs
+writes into the suite's arrays, where the guarded call sees it (and puts them back). bfloat16 crosses
+as its bits (ml_dtypes' bfloat16 viewed as int16), so no number changes. Only what NumPy can hold and
+torch cannot (a negative stride) is copied, in the same order of axes. Outputs come back the same way,
+as NumPy views of the kernel's own tensors: a kernel that later writes into a tensor it returned
+changes what the suite holds, and the suite looks (``STATE-KEYS-01`` and the guarded call).
+
+:func:`forward` and :func:`vjp` run one call as the case's ``Presentation`` says (which inputs ask for
+a gradient, the forward's autograd context, a second backward over the graph, the default dtype), so
+every torch adapter presents the same things the same way (``PRESENTS``).
 """
 
 from __future__ import annotations
@@ -15,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from conformance.contract import LOW_PRECISION, Case, np_dtype
+from conformance.contract import LOW_PRECISION, PRESENTATION_ATTRIBUTES, Case, KernelFault, Presentation, np_dtype
 from implementations._masks import causal_blocked
 
 TORCH_DTYPES = {
@@ -66,41 +76,134 @@ def compiled_throughout(fn: Any = None) -> Any:
     return torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT, accumulated_recompile_limit=RECOMPILE_LIMIT)
 
 
-def to_torch(a: np.ndarray, device: str = "cpu", requires_grad: bool = False) -> torch.Tensor:
-    a = np.asarray(a)
-    # A broadcast (stride 0) axis stays one: its one stored slice is copied and expanded, as a user's
-    # tensor.expand() would be (a copy of the whole array with order="K" would make that axis the
-    # innermost and hand the kernel a last dimension whose stride is not 1).
-    wide = [i for i, (n, s) in enumerate(zip(a.shape, a.strides)) if s == 0 and n > 1]
+# What every adapter built on :func:`forward` / :func:`vjp` and :class:`Arguments` presents (Declaration.presents).
+PRESENTS: frozenset[str] = frozenset(PRESENTATION_ATTRIBUTES)
+_SHARED = {np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64), np.dtype(bool)}
+_SHARED |= {np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64, np.uint8)}
+
+
+def _root(a: np.ndarray) -> np.ndarray:
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a
+
+
+def _address(a: np.ndarray) -> int:
+    return int(a.__array_interface__["data"][0])
+
+
+def _flat(root: np.ndarray, device: str) -> torch.Tensor | None:
+    """``root``'s memory as a 1-D tensor sharing it (a copy for a read-only root), or None when torch
+    cannot hold its dtype."""
+    data = root if root.flags.writeable else root.copy()
+    data = data.reshape(-1)
+    if data.dtype == np_dtype("bfloat16"):
+        t = torch.from_numpy(data.view(np.int16)).view(torch.bfloat16)
+    elif data.dtype in _SHARED:
+        t = torch.from_numpy(data)
+    else:
+        return None
+    return t if device == "cpu" else t.to(device)
+
+
+def _copied(a: np.ndarray, device: str) -> torch.Tensor:
+    """A copy of ``a`` that keeps the order of its axes and its stride-0 axes (what a negative stride
+    or an unusual dtype needs)."""
+    wide = [i for i, (n, st) in enumerate(zip(a.shape, a.strides)) if st == 0 and n > 1]
     src = a[tuple(slice(0, 1) if i in wide else slice(None) for i in range(a.ndim))] if wide else a
-    # order="K" keeps a permuted layout (e.g. [B,T,H,D] viewed as [B,H,T,D]) so that kernels meet
-    # the non-contiguous strides a clause built on purpose; the copy keeps the suite's arrays safe.
     if src.dtype == np_dtype("bfloat16"):
         t = torch.from_numpy(np.array(src, dtype=np.float32, order="K")).to(torch.bfloat16)
     else:
         t = torch.from_numpy(np.array(src, copy=True, order="K"))
-    if t.ndim and t.shape[-1] == 1 and t.stride(-1) != 1:
-        # NumPy gives a length-1 axis any stride and order="K" may keep it; a user's tensor has stride 1
-        # there (torch's fused kernels refuse anything else, even for a dimension of one element).
-        t = t.as_strided(t.shape, (*t.stride()[:-1], 1))
     t = t.to(device)
-    if wide:
-        t = t.expand(a.shape)
-    if requires_grad:
-        t.requires_grad_(True)
-    return t
+    return t.expand(a.shape) if wide else t
+
+
+class Arguments:
+    """A call's arrays as torch tensors that keep what the arrays share (the module docstring): the
+    same array object gives the same tensor, views of one buffer give views of one storage.
+
+    ``bias_grad``: the additive M asked for its gradient (Presentation.requires_grad holds "bias"); an
+    adapter that passes a float mask gives it to :meth:`bias` so it becomes that leaf."""
+
+    def __init__(self, device: str = "cpu", requires_grad: frozenset[str] = frozenset()) -> None:
+        self.device = device
+        self.requires_grad = requires_grad
+        self.bias_grad = "bias" in requires_grad
+        self.bias_leaf: torch.Tensor | None = None
+        self._roots: dict[int, torch.Tensor | None] = {}
+        self._objects: dict[int, torch.Tensor] = {}
+        self._held: list[Any] = []  # the arrays whose ids key the memos, so that no id is reused meanwhile
+
+    def __call__(self, a: Any, requires_grad: bool = False) -> torch.Tensor:
+        key = id(a)
+        t = self._objects.get(key)
+        if t is None:
+            t = self._convert(np.asarray(a))
+            if requires_grad:
+                t.requires_grad_(True)
+            self._objects[key] = t
+            self._held.append(a)
+        return t
+
+    def _convert(self, a: np.ndarray) -> torch.Tensor:
+        size = a.itemsize
+        if a.size == 0 or any(st < 0 or st % size for st in a.strides):
+            return _copied(a, self.device)
+        root = _root(a)
+        offset = _address(a) - _address(root)
+        if root.dtype != a.dtype or not root.flags.c_contiguous or offset % size or offset < 0:
+            return _copied(a, self.device)
+        if id(root) not in self._roots:
+            self._roots[id(root)] = _flat(root, self.device)
+            self._held.append(root)
+        flat = self._roots[id(root)]
+        if flat is None:
+            return _copied(a, self.device)
+        # A length-1 axis may have any stride in NumPy; a user's tensor has stride 1 in its last axis there
+        # (torch's fused kernels refuse anything else, even for a dimension of one element).
+        strides = [st // size for st in a.strides]
+        if a.ndim and a.shape[-1] == 1:
+            strides[-1] = 1
+        return flat.as_strided(a.shape, strides, offset // size)
+
+    def qkv(self, case: Case) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Q, K, V of ``case``, each asking for its gradient when the presentation says so."""
+        return tuple(  # type: ignore[return-value]
+            self(getattr(case, n), n in self.requires_grad) for n in ("query", "key", "value")
+        )
+
+    def bias(self, t: torch.Tensor) -> torch.Tensor:
+        """The float mask an adapter built from the case's additive M: the leaf asking for M's gradient
+        when the presentation says so, else ``t`` as it is."""
+        if self.bias_grad:
+            t = t.detach().requires_grad_(True)
+            self.bias_leaf = t
+        return t
+
+
+def to_torch(a: np.ndarray, device: str = "cpu", requires_grad: bool = False) -> torch.Tensor:
+    """One array as a tensor over its own memory (:class:`Arguments`)."""
+    return Arguments(device)(a, requires_grad)
 
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:
-    """Back to NumPy in the tensor's own dtype: a kernel that returns the wrong dtype stays wrong."""
-    t = t.detach().cpu()
+    """Back to NumPy in the tensor's own dtype (a kernel that returns the wrong dtype stays wrong), as a
+    view of the tensor's memory where it is on the CPU: what the kernel later writes there shows."""
+    t = t.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
     if t.dtype == torch.bfloat16:
-        return t.float().numpy().astype(np_dtype("bfloat16"))
-    return t.numpy().copy()
+        return t.view(torch.int16).numpy().view(np_dtype("bfloat16"))
+    try:
+        return t.numpy()
+    except (RuntimeError, TypeError):  # a dtype NumPy has no name for: the kernel's answer, converted
+        return t.float().numpy()
 
 
 def qkv(case: Case, device: str = "cpu", requires_grad: bool = False):
-    return tuple(to_torch(x, device, requires_grad) for x in (case.query, case.key, case.value))
+    args = Arguments(device)
+    return tuple(args(x, requires_grad) for x in (case.query, case.key, case.value))
 
 
 def mask_tensor(mask: np.ndarray, device: str = "cpu", invert: bool = False) -> torch.Tensor:
@@ -131,6 +234,7 @@ def sdpa_kwargs(
     half_bias: str = "float32",
     mask_sense: str = "attend",
     fold_causal: bool = True,
+    args: Arguments | None = None,
 ) -> dict[str, Any]:
     """The keyword arguments of a ``torch.nn.functional.scaled_dot_product_attention``-style call.
 
@@ -145,7 +249,8 @@ def sdpa_kwargs(
     exact (torch accepts it), "query" matches the query dtype for functions that insist.
     ``mask_sense`` is the callee's boolean convention: "attend" (torch's) gets ``~mask``, "blocked"
     (nn.MultiheadAttention's, the spec's) gets the mask as it is. ``enable_gqa`` is passed only when
-    Hq != Hkv.
+    Hq != Hkv. ``args``: the call's :class:`Arguments`, whose float-mask leaf the additive M becomes
+    when the presentation asks for M's gradient.
     """
     mask = None if case.mask is None else np.asarray(case.mask, dtype=bool)
     bias = None if case.bias is None else np.asarray(case.bias, dtype=np.float64)
@@ -165,6 +270,8 @@ def sdpa_kwargs(
         else:
             bias_dtype = torch.float32
         attn_mask = torch.from_numpy(np.ascontiguousarray(bias)).to(device=device, dtype=bias_dtype)
+        if args is not None:
+            attn_mask = args.bias(attn_mask)
     elif mask is not None:
         attn_mask = mask_tensor(mask, device, invert=mask_sense == "attend")
     kwargs: dict[str, Any] = {
@@ -176,3 +283,80 @@ def sdpa_kwargs(
     if case.Hq != case.Hkv:
         kwargs["enable_gqa"] = True
     return kwargs
+
+
+# -- the presented call -------------------------------------------------------------------------
+_GRAD_MODES = {"no_grad": torch.no_grad, "grad": torch.enable_grad, "inference": torch.inference_mode}
+
+
+@contextlib.contextmanager
+def _default_dtype(name: str | None):
+    """The process's default float dtype set to ``name`` for the call, as a caller may have set it."""
+    if name is None:
+        yield
+        return
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(TORCH_DTYPES[name])
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(before)
+
+
+def _asking(args: Arguments, case: Case) -> list[tuple[str, torch.Tensor]]:
+    names = [(n, args(getattr(case, n))) for n in ("query", "key", "value") if n in args.requires_grad]
+    return names + ([("bias", args.bias_leaf)] if args.bias_leaf is not None else [])
+
+
+def forward(case: Case, device: str, call: Any) -> np.ndarray:
+    """``call(args)`` (an :class:`Arguments` for ``case``; it builds Q, K, V with ``args.qkv(case)``)
+    under the case's presentation: its forward context and the inputs that ask for a gradient. Under
+    autograd an output that asked inputs are not on the graph of is the kernel's fault."""
+    pres = case.presentation or Presentation()
+    args = Arguments(device, pres.asked("forward"))
+    with _GRAD_MODES[pres.grad_mode](), _default_dtype(pres.default_dtype):
+        out = call(args)
+    asking = _asking(args, case)
+    if pres.grad_mode == "grad" and asking and not out.requires_grad:
+        names = ", ".join(n for n, _ in asking)
+        raise KernelFault(
+            f"the output is not on the autograd graph although {names} asked for a gradient under "
+            "torch.enable_grad() (the kernel detached it, ran under no_grad or went through NumPy)"
+        )
+    return to_numpy(out)
+
+
+def vjp(case: Case, grad_out: np.ndarray, device: str, call: Any) -> tuple:
+    """The VJP of ``call(args)`` (as in :func:`forward`) under the case's presentation: only the inputs
+    that ask for a gradient do (None for the others; M's gradient fourth when it asked), the cotangent
+    in its own memory, and a second backward over the same graph when ``backward="twice"`` (its
+    result is returned). An input one object with another gets their whole gradient under both names."""
+    pres = case.presentation or Presentation()
+    args = Arguments(device, pres.asked("vjp"))
+    with torch.enable_grad(), _default_dtype(pres.default_dtype):
+        out = call(args)
+        asking = _asking(args, case)
+        if args.bias_grad and args.bias_leaf is None:
+            raise KernelFault("the additive M asked for its gradient, but no float mask reached the kernel")
+        if not out.requires_grad:
+            names = ", ".join(n for n, _ in asking)
+            raise KernelFault(f"the output is not on the autograd graph although {names} asked for a gradient")
+        g = args(grad_out)
+        g = g if g.dtype == out.dtype else g.to(out.dtype)
+        leaves: list[torch.Tensor] = []
+        for _, t in asking:
+            if not any(t is x for x in leaves):
+                leaves.append(t)
+        twice = pres.backward == "twice"
+        grads = torch.autograd.grad(out, leaves, grad_outputs=g, retain_graph=twice, allow_unused=True)
+        if twice:
+            grads = torch.autograd.grad(out, leaves, grad_outputs=g, allow_unused=True)
+    by_leaf = {id(t): gr for t, gr in zip(leaves, grads)}
+    result: dict[str, np.ndarray | None] = {"query": None, "key": None, "value": None}
+    for name, t in asking:
+        grad = by_leaf[id(t)]
+        if grad is None:
+            raise KernelFault(f"no gradient arrived for {name}, which asked for one (it is not on the output's graph)")
+        result[name] = to_numpy(grad)
+    values = (result["query"], result["key"], result["value"])
+    return (*values, result["bias"]) if "bias" in result else values

@@ -118,7 +118,8 @@ class FlashAttnFunctionAdapter(TorchFunctionAdapter):
         from implementations._torch import manual_seed
 
         kwargs = self._kwargs(case, want_lse)
-        manual_seed(case.seed)
+        if case.dropout_p:  # only then: without dropout the caller's generator is left alone
+            manual_seed(case.seed)
         return self.fn(q, k, v, **kwargs)
 
     @staticmethod
@@ -219,7 +220,8 @@ class FlashAttnVarlenFunctionAdapter(FlashAttnFunctionAdapter):
         from implementations._torch import manual_seed
 
         kwargs = self._kwargs(case, want_lse)
-        manual_seed(case.seed)
+        if case.dropout_p:  # only then: without dropout the caller's generator is left alone
+            manual_seed(case.seed)
         return self.fn(*args, **kwargs)
 
     def forward(self, case: Case) -> np.ndarray:

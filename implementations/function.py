@@ -5,7 +5,10 @@ dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False)`` and no adapter. 
 torch's: a boolean ``attn_mask`` means True = may attend (the suite's blocked masks are inverted
 here), a float mask is added to the scores, ``is_causal`` is top-left aligned, ``enable_gqa`` maps
 query head h to kv head h // (Hq // Hkv). ``dropout_p`` draws from torch's global generator, which is
-seeded from the case before every call, so forward and backward see the same dropout mask.
+seeded from the case before every call with dropout (and left alone without), so forward and backward
+see the same dropout mask. The function receives the case's own memory and presentation
+(implementations/_torch.py: ``Arguments``, ``forward``, ``vjp``): strides and offsets, one buffer or one
+object behind two arguments, which inputs ask for a gradient, the autograd context.
 
 What the signature cannot say (all-blocked-row policy, causal alignment, missing gradient, dtypes,
 and ``mask_sense=blocked`` for a function whose boolean mask means True = blocked, as in
@@ -42,6 +45,8 @@ from conformance.contract import Case, Declaration, NotApplicable, capabilities
 FUNCTION_DEFAULTS = Declaration(
     **capabilities(),
     mask_sense="attend",
+    # Every presentation reaches the function (implementations/_torch.py: Arguments, forward, vjp).
+    presents=frozenset({"memory", "identity", "requires_grad", "grad_mode", "backward", "default_dtype"}),
     masks_combined=True,  # sdpa_kwargs folds a boolean mask and an additive M into one attn_mask
     notes="plain function with the torch SDPA signature",
 )
@@ -73,7 +78,7 @@ class FunctionAdapter:
             return "no CUDA device: torch.cuda.is_available() is False"
         return None
 
-    def _invoke(self, case: Case, q, k, v, fold_causal: bool):
+    def _invoke(self, case: Case, args, fold_causal: bool):
         from implementations._torch import compiled_throughout, manual_seed, sdpa_kwargs
 
         decl = self.declaration
@@ -84,12 +89,14 @@ class FunctionAdapter:
             half_bias="query",
             mask_sense=decl.mask_sense,
             fold_causal=fold_causal,
+            args=args,
         )
         if self._accepts_gqa and "enable_gqa" not in kwargs:
             kwargs["enable_gqa"] = False
-        manual_seed(case.seed)
+        if case.dropout_p:  # only then: a kernel must leave the caller's generator alone without dropout
+            manual_seed(case.seed)
         with compiled_throughout(self.fn):
-            return self.fn(q, k, v, **kwargs)
+            return self.fn(*args.qkv(case), **kwargs)
 
     def _rejects_combination(self, exc: Exception) -> bool:
         """A refusal of is_causal + attn_mask: NotApplicable, or a class the function declares it
@@ -99,31 +106,25 @@ class FunctionAdapter:
         names = {n for cls in type(exc).__mro__ for n in (cls.__name__, f"{cls.__module__}.{cls.__qualname__}")}
         return bool(names & set(self.declaration.rejects_with))
 
-    def _call(self, case: Case, q, k, v):
+    def _call(self, case: Case, args):
         both = case.is_causal and (case.mask is not None or case.bias is not None)
         mode = self.declaration.causal_with_mask
         if not both or mode is False:
-            return self._invoke(case, q, k, v, fold_causal=True)
+            return self._invoke(case, args, fold_causal=True)
         try:
-            return self._invoke(case, q, k, v, fold_causal=False)
+            return self._invoke(case, args, fold_causal=False)
         except Exception as exc:  # judged just below; anything else propagates
             if mode is True or not self._rejects_combination(exc):
                 raise
             self.combination_refusals.append(f"{type(exc).__name__}: {exc}")
-        return self._invoke(case, q, k, v, fold_causal=True)
+        return self._invoke(case, args, fold_causal=True)
 
     def forward(self, case: Case) -> np.ndarray:
-        import torch
+        from implementations import _torch
 
-        from implementations._torch import qkv, to_numpy
-
-        with torch.no_grad():
-            return to_numpy(self._call(case, *qkv(case, self.device)))
+        return _torch.forward(case, self.device, lambda args: self._call(case, args))
 
     def vjp(self, case: Case, grad_out: np.ndarray):
-        from implementations._torch import qkv, to_numpy, to_torch
+        from implementations import _torch
 
-        q, k, v = qkv(case, self.device, requires_grad=True)
-        out = self._call(case, q, k, v)
-        out.backward(to_torch(grad_out, self.device))
-        return tuple(to_numpy(t.grad) for t in (q, k, v))
+        return _torch.vjp(case, grad_out, self.device, lambda args: self._call(case, args))

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from conformance.contract import Case, Declaration, capabilities
-from implementations import _hf
+from implementations import _hf, _torch
 
 __all__ = ["hf_eager"]
 
@@ -72,6 +72,7 @@ def _attention_mask(case: Case, dtype: torch.dtype) -> torch.Tensor | None:
 hf_eager = _hf.HFAttention(
     "hf-eager",
     Declaration(
+        presents=_torch.PRESENTS,
         **capabilities(),
         causal_alignment="top-left",
         all_blocked="mean-v",

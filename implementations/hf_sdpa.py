@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from conformance.contract import Case, Declaration, capabilities
-from implementations import _hf
+from implementations import _hf, _torch
 
 __all__ = ["hf_sdpa"]
 
@@ -45,6 +45,7 @@ hf_sdpa = _hf.HFAttention(
     "hf-sdpa",
     # Reads like keras_torch.py's declaration (both end in torch's SDPA, one combined mask): data, measured apiece
     Declaration(
+        presents=_torch.PRESENTS,
         **capabilities(),
         causal_alignment="top-left",
         all_blocked="zeros",

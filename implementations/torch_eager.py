@@ -18,7 +18,8 @@ import torch
 import torch.nn.functional as F
 
 from conformance.contract import Case, Declaration, capabilities
-from implementations._torch import manual_seed, mask_tensor, qkv, to_numpy, to_torch
+from implementations import _torch
+from implementations._torch import manual_seed, mask_tensor, qkv, to_numpy
 
 
 def scaled_dot_product_attention(
@@ -89,6 +90,7 @@ class TorchEagerAdapter:
             all_blocked="zeros",
             mask_sense="blocked",
             validates_inputs=True,
+            presents=_torch.PRESENTS,
             batch_invariant=True,  # measured: an item alone and inside a batch of 4 is bitwise the same (T=300, S=700)
             notes="the article's implementation (000_f3dcd408372d9e02.txt §8); is_causal emulated with triu(1)",
         )
@@ -102,7 +104,8 @@ class TorchEagerAdapter:
         return None if blocked is None else mask_tensor(blocked)
 
     def _run(self, case: Case, q, k, v):
-        manual_seed(case.seed)
+        if case.dropout_p:  # only then: without dropout the caller's generator is left alone
+            manual_seed(case.seed)
         return scaled_dot_product_attention(
             q, k, v, blocked_mask=self._mask(case), dropout_p=case.dropout_p, training=case.dropout_p > 0
         )
@@ -113,10 +116,7 @@ class TorchEagerAdapter:
         return to_numpy(out), to_numpy(w)
 
     def forward(self, case: Case) -> np.ndarray:
-        return self.forward_with_weights(case)[0]
+        return _torch.forward(case, "cpu", lambda args: self._run(case, *args.qkv(case))[0])
 
     def vjp(self, case: Case, grad_out: np.ndarray):
-        q, k, v = qkv(case, requires_grad=True)
-        out, _ = self._run(case, q, k, v)
-        out.backward(to_torch(grad_out))
-        return tuple(to_numpy(t.grad) for t in (q, k, v))
+        return _torch.vjp(case, grad_out, "cpu", lambda args: self._run(case, *args.qkv(case))[0])

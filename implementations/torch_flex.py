@@ -40,8 +40,9 @@ import numpy as np
 import torch
 
 from conformance.contract import Case, Declaration, NotApplicable, capabilities
+from implementations import _torch
 from implementations._flex_layout import Layout, index
-from implementations._torch import TORCH_DTYPES, compiled_throughout, manual_seed, qkv, to_numpy, to_torch
+from implementations._torch import TORCH_DTYPES, compiled_throughout, qkv, to_numpy
 
 __all__ = ["TorchFlex", "cpu", "cuda"]
 
@@ -154,7 +155,6 @@ class TorchFlex:
         block_mask = None
         if mask_mod is not None:
             block_mask = create_block_mask(mask_mod, mb, mh, where.Q_LEN, where.KV_LEN, device=self.device)
-        manual_seed(case.seed)
         with compiled_throughout():
             res = self._flex()(
                 q,
@@ -176,22 +176,15 @@ class TorchFlex:
         return qkv(case, self.device, requires_grad=requires_grad)
 
     def forward(self, case: Case) -> np.ndarray:
-        with torch.no_grad():
-            out, _ = self._call(case, *self._inputs(case))
-        return to_numpy(out)
+        return _torch.forward(case, self.device, lambda args: self._call(case, *args.qkv(case))[0])
 
     def forward_with_lse(self, case: Case) -> tuple[np.ndarray, np.ndarray]:
         with torch.no_grad():
             out, lse = self._call(case, *self._inputs(case), return_lse=True)
         return to_numpy(out), lse.detach().to("cpu", torch.float32).numpy().copy()
 
-    def vjp(self, case: Case, grad_out: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        q, k, v = self._inputs(case, requires_grad=True)
-        with torch.enable_grad():
-            out, _ = self._call(case, q, k, v)
-            g = to_torch(grad_out, self.device).to(out.dtype)
-            dq, dk, dv = torch.autograd.grad(out, (q, k, v), grad_outputs=g)
-        return to_numpy(dq), to_numpy(dk), to_numpy(dv)
+    def vjp(self, case: Case, grad_out: np.ndarray) -> tuple:
+        return _torch.vjp(case, grad_out, self.device, lambda args: self._call(case, *args.qkv(case))[0])
 
 
 _FLEX = dict(

@@ -20,8 +20,12 @@ Translation of a ``Case`` (why each step exists):
   adapter's error, not the kernel's.
 * ``enable_gqa=True`` is passed only when Hq != Hkv. Masks are passed with their own (broadcast)
   shape, not expanded: a kernel that mishandles broadcasting must be seen doing so.
-* dropout: the generators seeded with ``case.seed`` (``_torch.manual_seed``) before every call,
-  so ``vjp`` (which re-runs the forward) draws the same dropout mask as ``forward``.
+* dropout: the generators seeded with ``case.seed`` (``_torch.manual_seed``) before every call with
+  dropout, so ``vjp`` (which re-runs the forward) draws the same dropout mask as ``forward``; without
+  dropout the caller's generator is left as it was.
+* the case's own memory and presentation reach torch (``_torch.Arguments``, ``_torch.forward`` and
+  ``_torch.vjp``): strides, offsets, shared buffers, one object for two arguments, which inputs ask
+  for a gradient, the autograd context, a second backward.
 
 Measured on this build (torch 2.13.0+cpu, 2 threads; tests/test_adapter_declarations.py re-measures):
 
@@ -66,6 +70,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from conformance.contract import DTYPES, LOW_PRECISION, Case, Declaration, NotApplicable, capabilities
+from implementations import _torch
 from implementations._torch import TORCH_DTYPES, manual_seed, qkv, sdpa_kwargs, to_numpy, to_torch
 
 __all__ = [
@@ -198,13 +203,13 @@ class TorchSDPA:
             return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return None
 
+    def _presented(self, case: Case, args: _torch.Arguments) -> torch.Tensor:
+        if case.dropout_p:  # only then: without dropout the caller's generator is the kernel's to leave alone
+            manual_seed(case.seed)
+        return self._run(*args.qkv(case), sdpa_kwargs(case, self.device, args=args))
+
     def forward(self, case: Case) -> np.ndarray:
-        q, k, v = qkv(case, self.device)
-        kwargs = sdpa_kwargs(case, self.device)
-        manual_seed(case.seed)
-        with torch.no_grad():
-            out = self._run(q, k, v, kwargs)
-        return to_numpy(out)
+        return _torch.forward(case, self.device, lambda args: self._presented(case, args))
 
     # -- the performance profile's optional half of the contract (conformance/contract.py) -------
     framework = "torch"
@@ -280,16 +285,9 @@ class TorchSDPA:
                     return name, f"torch profiler saw {', '.join(ops)}"
         return None, f"torch profiler saw no backend op of SDPA (ops: {', '.join(ops) or 'none'})"
 
-    def vjp(self, case: Case, grad_out: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        q, k, v = qkv(case, self.device, requires_grad=True)
-        kwargs = sdpa_kwargs(case, self.device)
-        manual_seed(case.seed)
-        with torch.enable_grad():
-            out = self._run(q, k, v, kwargs)
-            g = to_torch(grad_out, self.device).to(out.dtype)
-            with self._context():
-                dq, dk, dv = torch.autograd.grad(out, (q, k, v), grad_outputs=g)
-        return to_numpy(dq), to_numpy(dk), to_numpy(dv)
+    def vjp(self, case: Case, grad_out: np.ndarray) -> tuple:
+        with self._context():  # the backward in the forced backend too
+            return _torch.vjp(case, grad_out, self.device, lambda args: self._presented(case, args))
 
 
 # The aten op each SDPA backend dispatches to (torch 2.13), and the backend name adapters declare.
@@ -328,6 +326,7 @@ def _forced(name: str, base: Declaration, backend: SDPBackend, **changes: Any) -
 
 _CPU = Declaration(
     **capabilities(dtypes=_ALL),
+    presents=_torch.PRESENTS,
     causal_alignment="top-left",
     all_blocked="zeros",
     mask_sense="attend",

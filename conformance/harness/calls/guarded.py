@@ -16,6 +16,7 @@ caller's own thread, is ``harness.calls.call_timeout``'s.
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any
@@ -23,7 +24,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conformance.contract import Case, Declaration, NotApplicable, np_dtype
+from conformance.contract import Case, Declaration, KernelFault, NotApplicable, aliases, np_dtype
+from conformance.harness.calls import process_state
 from conformance.harness.calls.call_timeout import DEFAULT_CALL_TIMEOUT, CallTimedOut, call_with_timeout
 from conformance.harness.calls.programs import ProgramLog
 from conformance.harness.cases import cells as space_cells
@@ -32,6 +34,12 @@ from conformance.harness.cases.admitted import admitted
 from conformance.harness.spec.report import AdapterError, ClauseViolation
 
 DEFAULT_TIMEOUT = DEFAULT_CALL_TIMEOUT  # one default for the option and for direct use
+HELD_BYTES = 1 << 20  # results up to this size are held and checked after later calls (GuardedAdapter.hold)
+HELD_RESULTS = 8  # how many of the latest results are held
+
+
+def _digest(a: np.ndarray) -> bytes:
+    return hashlib.blake2b(np.ascontiguousarray(a).tobytes(), digest_size=16).digest()
 
 
 class UndeclaredRefusal(ClauseViolation):
@@ -65,6 +73,16 @@ def declarations_ruling_out(case: Case, decl: Declaration) -> list[str]:
     return [flag for cond, flag in checks if cond]
 
 
+def grads_asked(case: Case) -> frozenset[str]:
+    """The inputs whose gradient a VJP of ``case`` returns: those its presentation asks for (query,
+    key and value by default), with every argument that is one object with one of them."""
+    asked = set(case.presentation.asked("vjp") if case.presentation is not None else ("query", "key", "value"))
+    for group in aliases(case):
+        if asked & set(group):
+            asked |= set(group)
+    return frozenset(asked)
+
+
 def _call_with_timeout(fn: Callable[[], Any], timeout: float, what: str, case: Case | None = None) -> Any:
     """Run ``fn`` on this thread under ``timeout`` (harness.calls.call_timeout); a hang becomes a failure
     of the running clause instead of a stuck suite."""
@@ -84,6 +102,7 @@ class GuardedAdapter:
         self.calls = 0
         self.rejected: list[str] = []  # reasons for cases hypothesis had to discard
         self.programs = ProgramLog()  # structures met in this process, and the time of first calls
+        self.held: deque[tuple[str, np.ndarray, bytes]] = deque(maxlen=HELD_RESULTS)  # hold()
         self.begin()
 
     def __repr__(self) -> str:  # shown in hypothesis' falsifying examples: keep it short
@@ -171,10 +190,14 @@ class GuardedAdapter:
         self._count_example()
         refusals = causes_features.refusal_count(self.adapter)
         self.recent_calls.append((case, what, None, None))
+        state = process_state.Snapshot.take()
         try:
-            result = self.programs.call(
-                case, what, lambda: _call_with_timeout(fn, self.timeout, f"{self.name}.{what}", case)
-            )
+            try:
+                result = self.programs.call(
+                    case, what, lambda: _call_with_timeout(fn, self.timeout, f"{self.name}.{what}", case)
+                )
+            finally:
+                self._after_call(case, what, inputs, snapshots, state)
         except NotApplicable as exc:
             self.refused.append(case.describe())
             flags = declarations_ruling_out(case, self.declaration)
@@ -192,12 +215,10 @@ class GuardedAdapter:
             ) from exc
         except AdapterError:
             raise
+        except KernelFault as exc:  # what the adapter alone could see the kernel do wrong
+            raise AdapterError(f"{self.name}.{what}: {exc}", case) from exc
         except Exception as exc:  # any kernel error is a finding, not a crash
             raise AdapterError(f"{self.name}.{what} raised {type(exc).__name__}: {exc}", case) from exc
-        for (name, before), (_, now) in zip(snapshots, inputs):
-            same = np.array_equal(before, np.asarray(now), equal_nan=before.dtype.kind == "f")
-            if not same:
-                raise AdapterError(f"{self.name}.{what} modified its input {name!r} in place", case)
         self.cases_run += 1
         self.cells.update(space_cells.cells_of(case))
         folded = causes_features.folded_by(self.adapter, self.declaration, case, refusals)
@@ -206,6 +227,44 @@ class GuardedAdapter:
         if feats is not None:
             self.case_features[feats] += 1
         return result, [a for _, a in inputs]
+
+    def _after_call(self, case: Case, what: str, inputs: list, snapshots: list, state: Any) -> None:
+        """What a call may not change besides its result, checked after it returned or raised: its
+        inputs (put back when written), the results earlier calls returned (``hold``), and the process
+        state a caller relies on (``harness.calls.process_state``, put back). The first change found
+        fails the running clause."""
+        found = []
+        for (name, before), (_, now) in zip(snapshots, inputs):
+            now = np.asarray(now)
+            if not np.array_equal(before, now, equal_nan=before.dtype.kind == "f"):
+                found.append(f"modified its input {name!r} in place")
+                if now.flags.writeable:
+                    np.copyto(now, before)
+        for item in list(self.held):
+            label, arr, digest = item
+            if _digest(arr) != digest:
+                found.append(
+                    f"changed a result it returned earlier (from '{label}') during this call: a buffer it handed "
+                    "out was reused, so a caller holding that result now holds other numbers"
+                )
+                self.held.remove(item)  # reported once, by the call that changed it
+                break
+        changed = state.changes(generators=not case.dropout_p)
+        if changed:
+            found.append(
+                "left process state its caller relies on changed (put back by the suite): " + "; ".join(changed)
+            )
+        if found:
+            raise AdapterError(f"{self.name}.{what} " + "; and ".join(found), case)
+
+    def hold(self, result: np.ndarray, case: Case) -> np.ndarray:
+        """Keep ``result`` (the kernel's own array) to check after later calls that the kernel never writes
+        it again, and give the caller a copy: nothing the suite does with the copy can look like the
+        kernel's doing. Large results are not held (the cost), and only the last few are."""
+        if not isinstance(result, np.ndarray) or result.nbytes > HELD_BYTES:
+            return result
+        self.held.append((case.label or case.describe()[:80], result, _digest(result)))
+        return np.array(result, copy=True)
 
     def _check_array(self, arr: Any, what: str, shape: tuple, case: Case, inputs: list) -> np.ndarray:
         if not isinstance(arr, np.ndarray):
@@ -218,7 +277,7 @@ class GuardedAdapter:
         for a in inputs:
             if np.shares_memory(arr, a):
                 raise AdapterError(f"{self.name}: {what} shares memory with an input (a view, not a result)", case)
-        return arr
+        return self.hold(arr, case)
 
     def call_raw(self, case: Case) -> tuple[Any, BaseException | None]:
         """Call ``forward`` on a case the declaration is NOT consulted for, e.g. a deliberately
@@ -286,9 +345,23 @@ class GuardedAdapter:
         res, inputs = self._guarded(
             case, "vjp", lambda: self.adapter.vjp(case, grad_out), extra_inputs=(("grad_out", grad_out),)
         )
-        if not (isinstance(res, tuple) and len(res) == 3):
-            raise AdapterError(f"{self.name}.vjp returned {type(res).__name__}, not (dq, dk, dv)", case)
-        shapes = (case.query.shape, case.key.shape, case.value.shape)
-        return tuple(  # type: ignore[return-value]
-            self._check_array(g, n, s, case, inputs) for g, n, s in zip(res, ("dq", "dk", "dv"), shapes)
-        )
+        asked = grads_asked(case)
+        want = 4 if "bias" in asked else 3
+        if not (isinstance(res, tuple) and len(res) == want):
+            shape = "(dq, dk, dv, dbias)" if want == 4 else "(dq, dk, dv)"
+            raise AdapterError(f"{self.name}.vjp returned {type(res).__name__}, not {shape}", case)
+        out = []
+        for g, n, name in zip(res, ("dq", "dk", "dv"), ("query", "key", "value")):
+            arr = getattr(case, name)
+            # an input that did not ask for its gradient gets None (torch's answer) or an array that is not judged
+            out.append(self._check_array(g, n, arr.shape, case, inputs) if name in asked else None)
+        if want == 4:
+            db = res[3]
+            if not isinstance(db, np.ndarray) or db.shape != np.shape(case.bias) or db.dtype.kind != "f":
+                raise AdapterError(
+                    f"{self.name}: dbias is {type(db).__name__} {getattr(db, 'shape', '')}, but should be a float "
+                    f"array of the additive M's shape {np.shape(case.bias)}",
+                    case,
+                )
+            out.append(db)
+        return tuple(out)  # type: ignore[return-value]
