@@ -534,6 +534,10 @@ class Declaration:
     # kernels that take the case's arrays as they are present "memory" and "identity", an adapter
     # calling a torch function can present them all. The case space varies only what is presented.
     presents: frozenset[str] = frozenset()
+    # The kernel takes only inputs whose last axis is unit-strided (torch's fused CPU kernels: "All fused
+    # kernels require the last dimension of the input to have stride 1"): a case with Q, K or V strided
+    # along its feature axis is not applicable to it.
+    unit_last_stride: bool = False
     notes: str = ""
 
     def __post_init__(self) -> None:
@@ -662,6 +666,14 @@ class Declaration:
             reasons.append(f"declares max head dim {self.max_head_dim}, case has Dk={case.Dk}, Dv={case.Dv}")
         if self.requires_dk_eq_dv and case.Dk != case.Dv:
             reasons.append(f"declares Dk == Dv required, case has Dk={case.Dk}, Dv={case.Dv}")
+        if self.unit_last_stride:
+            strided = [
+                n
+                for n, a in (("query", case.query), ("key", case.key), ("value", case.value))
+                if np.ndim(a) and np.shape(a)[-1] > 1 and np.asarray(a).strides[-1] != np.asarray(a).itemsize
+            ]
+            if strided:
+                reasons.append(f"declares inputs with a unit stride along the feature axis; {', '.join(strided)} not")
         if case.window is not None and not self.window:
             reasons.append("declares no sliding window support")
         if case.softcap and not self.softcap:

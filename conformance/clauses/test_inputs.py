@@ -107,6 +107,8 @@ def test_layout_independent(impl, dtype):
         view = case.replace(
             query=strided(case.query), key=strided(case.key), value=strided(case.value), label=f"{how} views"
         )
+        if not impl.supports(view):  # a layout the declaration rules out (a unit stride along the feature axis)
+            continue
         msg = mismatch_report(
             f"output for {how} views vs contiguous copies",
             impl.forward(view),

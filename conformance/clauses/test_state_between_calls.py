@@ -12,8 +12,6 @@ order that puts the stale entry in front of the next call, and hold every answer
 
 from __future__ import annotations
 
-import numpy as np
-
 from conformance.clauses.test_gradients import cotangent
 from conformance.contract import Case
 from conformance.harness.calls.guarded import GuardedAdapter
@@ -51,7 +49,7 @@ def _shared_shape_calls(dtype: str) -> list[Case]:
 @clause(
     "STATE-KEYS-01",
     "calls of one shape that differ only in the mask's contents, is_causal or the scale each get their own answer "
-    "(no cache keyed by shape), and a returned result is never changed by later calls",
+    "(no cache keyed by shape; a result a later call changes fails the guarded call, which holds the latest results)",
     FUNCTION_OF_INPUTS,
     kills=[
         "mask_cache_by_shape",
@@ -65,7 +63,6 @@ def test_cache_keys(impl, dtype):
     cases = [c for c in _shared_shape_calls(dtype) if impl.supports(c)]
     if len(cases) < 2:
         impl.not_applicable("fewer than two of the calls are supported by the declaration")
-    kept = []
     for i, case in enumerate(cases, start=1):
         out = impl.forward(case)
         try:
@@ -73,10 +70,6 @@ def test_cache_keys(impl, dtype):
         except AssertionError as exc:
             before = ", ".join(c.label.removeprefix("state: ") for c in cases[: i - 1]) or "nothing"
             fail(f"call {i} ({case.label}) disagrees with the oracle after the calls [{before}]:\n{exc}")
-        kept.append((case, out, np.array(out, copy=True)))
-    for case, returned, copy in kept:
-        if not np.array_equal(np.asarray(returned), copy, equal_nan=True):
-            fail(f"the result of '{case.label}' changed after it was returned (a buffer reused by later calls)", case)
 
 
 @clause(
@@ -85,7 +78,7 @@ def test_cache_keys(impl, dtype):
     "and when repeated (no statistics saved by an earlier forward, no gradient buffer left unzeroed)",
     BACKWARD,
     requires=["grad"],
-    kills=["backward_uses_saved_forward_stats", "grad_accumulator_not_zeroed"],
+    kills=["backward_uses_saved_forward_stats", "grad_accumulator_not_zeroed", "grad_returns_workspace"],
 )
 def test_backward_after_other_calls(impl, dtype):
     shape = dict(B=1, Hq=2, T=4, S=5, Dk=8, dtype=dtype)

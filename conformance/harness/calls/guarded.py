@@ -52,6 +52,7 @@ class UndeclaredRefusal(ClauseViolation):
 
 def declarations_ruling_out(case: Case, decl: Declaration) -> list[str]:
     """``--declare KEY=VALUE`` settings under which ``case`` would be not applicable."""
+    qkv = (case.query, case.key, case.value)
     checks = (
         (case.mask is not None, "bool_mask=false"),
         (case.bias is not None, "float_mask=false"),
@@ -69,6 +70,10 @@ def declarations_ruling_out(case: Case, decl: Declaration) -> list[str]:
         (case.seqlens_k is not None and case.seqlens_q is None, "kv_lengths=false --declare varlen=false"),
         (case.kv_form is not None and case.kv_form.page_size is not None, "paged_kv=false"),
         (case.kv_form is not None and bool(case.kv_form.append), "kv_append=false"),
+        (
+            any(np.ndim(a) and np.shape(a)[-1] > 1 and a.strides[-1] != a.itemsize for a in map(np.asarray, qkv)),
+            "unit_last_stride=true",
+        ),
     )
     return [flag for cond, flag in checks if cond]
 
