@@ -479,6 +479,9 @@ class Declaration:
     deterministic: bool = True
     batch_invariant: bool = False
     returns_weights: bool = False
+    # The kernel gives the additive M (a float mask) its gradient when M asks for one (torch's SDPA does:
+    # a learned bias is trained through it); a kernel that detaches or folds M declares False.
+    bias_grad: bool = False
     validates_inputs: bool = False
     rejects_with: frozenset[str] = REJECTS_WITH_DEFAULT
     causal_with_mask: bool | None = None
@@ -741,6 +744,7 @@ def capabilities(
     requires_dk_eq_dv: bool = False,
     returns_weights: bool = False,
     returns_lse: bool = False,
+    bias_grad: bool = False,
     window: bool = False,
     softcap: bool = False,
     alibi: bool = False,
@@ -756,11 +760,12 @@ def capabilities(
 
     The seed's SDPA is claimed unless switched off by name: all four dtypes, any head dim, and the
     seven features ``grad`` ... ``custom_scale``; the extra outputs (``returns_weights``,
-    ``returns_lse``) and FlashAttention's variants (``window`` ... ``kv_append``) are not claimed
-    unless switched on. So ``Declaration(**capabilities(dropout=False, sinks=True), ...)`` is a
-    kernel with everything the seed's SDPA has but dropout, plus attention sinks; ``capabilities()``
-    is exactly the seed's SDPA. The defaults are not the Declaration's own (which claim only a
-    boolean mask, ``is_causal`` and a custom scale).
+    ``returns_lse``, ``bias_grad``: the gradient of M) and FlashAttention's variants (``window`` ...
+    ``kv_append``) are not claimed unless switched on. So
+    ``Declaration(**capabilities(dropout=False, sinks=True), ...)`` is a kernel with everything the
+    seed's SDPA has but dropout, plus attention sinks; ``capabilities()`` is exactly the seed's SDPA.
+    The defaults are not the Declaration's own (which claim only a boolean mask, ``is_causal`` and a
+    custom scale).
 
     Why: every adapter listed the seed's seven features one keyword a line (``grad=True,
     dropout=True, gqa=True, ...``), the same lines in every file, and the one that mattered, what a
@@ -782,6 +787,7 @@ def capabilities(
         "requires_dk_eq_dv": requires_dk_eq_dv,
         "returns_weights": returns_weights,
         "returns_lse": returns_lse,
+        "bias_grad": bias_grad,
         "window": window,
         "softcap": softcap,
         "alibi": alibi,

@@ -125,14 +125,11 @@ def backward(
     zero on blocked positions and on rows with a fixed fill. ``score_derivative`` ([B, Hq, T, S]), when
     the final score is a function of the scaled product (a softcap), multiplies dS on its way back to
     that product; the variant oracle passes it."""
-    q, v = _f64(case.query), _f64(case.value)
-    ke, ve = expand_kv(_f64(case.key), case.Hq), expand_kv(v, case.Hq)
+    q = _f64(case.query)
+    ke = expand_kv(_f64(case.key), case.Hq)
     do = _f64(grad_out)
-    p = fwd.weights
-    dv_e = np.einsum("bhts,bhtd->bhsd", p, do)
-    dp = np.einsum("bhtd,bhsd->bhts", do, ve)
-    ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True))
-    ds = np.where(fwd.blocked | fwd.all_blocked[..., None], 0.0, ds)
+    dv_e = np.einsum("bhts,bhtd->bhsd", fwd.weights, do)
+    ds = score_grad(case, fwd, grad_out)
     if score_derivative is not None:
         ds = ds * score_derivative
     scale = case.effective_scale
@@ -140,6 +137,31 @@ def backward(
     dk_e = np.einsum("bhts,bhtd->bhsd", ds, q) * scale
 
     return dq, fold_query_heads(dk_e, case.Hkv), fold_query_heads(dv_e, case.Hkv)
+
+
+def score_grad(case: Case, fwd: Forward, grad_out: np.ndarray) -> np.ndarray:
+    """dS = P (dP - rowsum(dP P)) [B, Hq, T, S], dP = dO V^T: the gradient of the final scores, zero on
+    blocked positions and on rows with a fixed fill. It is the gradient of the additive M too (M is
+    added to the scaled scores), summed over the axes M is broadcast along (:func:`bias_grad`)."""
+    ve = expand_kv(_f64(case.value), case.Hq)
+    p = fwd.weights
+    dp = np.einsum("bhtd,bhsd->bhts", _f64(grad_out), ve)
+    ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True))
+    return np.where(fwd.blocked | fwd.all_blocked[..., None], 0.0, ds)
+
+
+def bias_grad(case: Case, fwd: Forward, grad_out: np.ndarray) -> np.ndarray:
+    """The gradient of the additive M, in M's own (broadcast) shape, float64."""
+    return reduced_to(score_grad(case, fwd, grad_out), np.shape(case.bias))
+
+
+def reduced_to(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """``x`` [B, H, T, S] summed over the axes an array of ``shape`` is broadcast along, in ``shape``:
+    the gradient of a broadcast input."""
+    lead = x.ndim - len(shape)
+    x = x.sum(axis=tuple(range(lead))) if lead else x
+    axes = tuple(i for i, n in enumerate(shape) if n == 1 and x.shape[i] != 1)
+    return (x.sum(axis=axes, keepdims=True) if axes else x).reshape(shape)
 
 
 # -- long sequences -------------------------------------------------------------------------------

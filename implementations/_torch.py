@@ -286,7 +286,15 @@ def sdpa_kwargs(
 
 
 # -- the presented call -------------------------------------------------------------------------
-_GRAD_MODES = {"no_grad": torch.no_grad, "grad": torch.enable_grad, "inference": torch.inference_mode}
+def _mode(mode: str) -> Any:
+    """The autograd context of a call: none where the process is in it already, so that a kernel that
+    leaves grad mode switched off is seen by its caller (a context manager would put it back)."""
+    inference = torch.is_inference_mode_enabled()
+    if mode == "grad":
+        return contextlib.nullcontext() if torch.is_grad_enabled() and not inference else torch.enable_grad()
+    if mode == "inference":
+        return contextlib.nullcontext() if inference else torch.inference_mode()
+    return contextlib.nullcontext() if not torch.is_grad_enabled() else torch.no_grad()
 
 
 @contextlib.contextmanager
@@ -314,7 +322,7 @@ def forward(case: Case, device: str, call: Any) -> np.ndarray:
     autograd an output that asked inputs are not on the graph of is the kernel's fault."""
     pres = case.presentation or Presentation()
     args = Arguments(device, pres.asked("forward"))
-    with _GRAD_MODES[pres.grad_mode](), _default_dtype(pres.default_dtype):
+    with _mode(pres.grad_mode), _default_dtype(pres.default_dtype):
         out = call(args)
     asking = _asking(args, case)
     if pres.grad_mode == "grad" and asking and not out.requires_grad:
@@ -333,7 +341,7 @@ def vjp(case: Case, grad_out: np.ndarray, device: str, call: Any) -> tuple:
     result is returned). An input one object with another gets their whole gradient under both names."""
     pres = case.presentation or Presentation()
     args = Arguments(device, pres.asked("vjp"))
-    with torch.enable_grad(), _default_dtype(pres.default_dtype):
+    with _mode("grad"), _default_dtype(pres.default_dtype):
         out = call(args)
         asking = _asking(args, case)
         if args.bias_grad and args.bias_leaf is None:

@@ -43,7 +43,7 @@ import numpy as np
 from conformance.contract import Case, Declaration, NotApplicable, capabilities
 
 FUNCTION_DEFAULTS = Declaration(
-    **capabilities(),
+    **capabilities(bias_grad=True),  # a float attn_mask gets its gradient, as torch's SDPA gives it
     mask_sense="attend",
     # Every presentation reaches the function (implementations/_torch.py: Arguments, forward, vjp).
     presents=frozenset({"memory", "identity", "requires_grad", "grad_mode", "backward", "default_dtype"}),

@@ -83,6 +83,7 @@ class NumpyAdapter:
             mask_sense="blocked",
             batch_invariant=True,
             validates_inputs=True,
+            presents=frozenset({"memory", "identity"}),  # it reads the case's own arrays, views and all
             memory_scaling="linear",
             backend="numpy-tiled",
             notes="tiled online-softmax NumPy kernel; float32 compute for float32/float16/bfloat16; "

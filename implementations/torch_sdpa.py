@@ -325,7 +325,7 @@ def _forced(name: str, base: Declaration, backend: SDPBackend, **changes: Any) -
 
 
 _CPU = Declaration(
-    **capabilities(dtypes=_ALL),
+    **capabilities(dtypes=_ALL, bias_grad=True),
     presents=_torch.PRESENTS,
     causal_alignment="top-left",
     all_blocked="zeros",
@@ -361,10 +361,12 @@ cpu_flash = _forced(
     dropout=False,
     requires_dk_eq_dv=True,
     unit_last_stride=True,
+    bias_grad=False,  # "No available kernel" for a float mask that asks for its gradient
     memory_scaling="linear",
     notes=(
-        "torch 2.13 CPU, SDPBackend.FLASH_ATTENTION forced. Refuses Q, K, V strided along the feature axis "
-        "('All fused kernels require the last dimension of the input to have stride 1'). Measured: all four dtypes, bool and "
+        "torch 2.13 CPU, SDPBackend.FLASH_ATTENTION forced. Refuses Q, K, V strided along the feature "
+        "axis ('All fused kernels require the last dimension of the input to have stride 1'). Measured: "
+        "all four dtypes, bool and "
         "float masks, GQA, head dims up to 1024; refuses dropout ('Both fused kernels do not "
         "support non-zero dropout.') and Dk != Dv; refusals are raised as NotApplicable with "
         "torch's reason. Zeros for all-blocked rows, top-left causal, repeatable, batch invariant. "

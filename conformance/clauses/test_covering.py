@@ -31,7 +31,7 @@ from conformance.harness.calls.guarded import GuardedAdapter
 from conformance.harness.cases import covering
 from conformance.harness.cases.pairs_cases import build_planned, build_twin, row_reasons
 from conformance.harness.cases.pairs_cases import twin as twin_of
-from conformance.harness.cases.pairs_space import PARAMETERS, Call
+from conformance.harness.cases.pairs_space import PARAMETERS, Call, memory_form
 from conformance.harness.cases.pairs_tuples import name, observable_in, tuples_of
 from conformance.harness.judge import compare, dropout_replay
 from conformance.harness.records.coverage_tables import hidden_of
@@ -145,7 +145,7 @@ def _run_case(impl: GuardedAdapter, row: dict[str, str], seed: int, picks: dict 
         _judge(impl, case, grad_out, direction)
     finally:
         if impl.cases_run > before:  # the guarded call returned: the case reached the kernel
-            how = Call(direction, row["call"])
+            how = Call(direction, row["call"], "contiguous" if grad_out is None else memory_form(grad_out))
             pair_coverage.record(impl, case, how, {**row, "direction": direction})
 
 

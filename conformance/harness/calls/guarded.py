@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conformance.contract import Case, Declaration, KernelFault, NotApplicable, aliases, np_dtype
+from conformance.contract import DTYPES, Case, Declaration, KernelFault, NotApplicable, aliases, dtype_name, np_dtype
 from conformance.harness.calls import process_state
 from conformance.harness.calls.call_timeout import DEFAULT_CALL_TIMEOUT, CallTimedOut, call_with_timeout
 from conformance.harness.calls.programs import ProgramLog
@@ -362,7 +362,7 @@ class GuardedAdapter:
             out.append(self._check_array(g, n, arr.shape, case, inputs) if name in asked else None)
         if want == 4:
             db = res[3]
-            if not isinstance(db, np.ndarray) or db.shape != np.shape(case.bias) or db.dtype.kind != "f":
+            if not isinstance(db, np.ndarray) or db.shape != np.shape(case.bias) or dtype_name(db.dtype) not in DTYPES:
                 raise AdapterError(
                     f"{self.name}: dbias is {type(db).__name__} {getattr(db, 'shape', '')}, but should be a float "
                     f"array of the additive M's shape {np.shape(case.bias)}",

@@ -27,17 +27,22 @@ import functools
 
 import numpy as np
 
-from conformance.contract import Case, Declaration, np_dtype
+from conformance.contract import Case, Declaration, Presentation, np_dtype
 from conformance.harness.cases import drawn_arrays
 from conformance.harness.cases.build import cast, rng_for
 from conformance.harness.cases.pairs_draws import BUDGET, DROPOUT_BUDGET, SCORES, concrete, smallest
 from conformance.harness.cases.pairs_ranges import MASK_PATTERNS, Concrete
 from conformance.harness.cases.pairs_space import (
+    ASKING,
+    BY_DIRECTION,
     BY_NAME,
     DEFAULTS,
     EXPANDED_MASK,
     LEADING_TILE,
+    MIXED,
     NON_SHAPE_PARAMETERS,
+    OFFSET,
+    ONE_OBJECT,
     PARAMETERS,
     TILE,
     violated,
@@ -62,10 +67,9 @@ def _probe(r: dict[str, str], z: dict[str, int]) -> Case:
     """The row's case without its values (stride-0 zeros): enough for ``not_supported_reasons``."""
     dt = np_dtype(r["dtype"])
 
-    one = np.zeros(1, dtype=dt)
-
-    def zeros(*shape):  # stride 0: no memory, and cheaper than np.broadcast_to (the planner calls this often)
-        return np.ndarray(shape, dtype=dt, buffer=one, strides=(0,) * len(shape))
+    def zeros(*shape):  # stride 0 but along the feature axis: little memory, and cheaper than np.broadcast_to
+        row = np.zeros(shape[-1], dtype=dt)  # (the planner calls this often)
+        return np.ndarray(shape, dtype=dt, buffer=row, strides=(0,) * (len(shape) - 1) + (dt.itemsize,))
 
     return Case(
         zeros(z["B"], z["Hq"], z["T"], z["Dk"]),
@@ -138,9 +142,50 @@ def _row_reasons(decl: Declaration, items: tuple, t: int, defaults: tuple) -> tu
         reasons.append(f"cost: B*H*T*S = {scores:,} scores above this profile's row budget {SCORES[t]:,}")
     if r["dropout"] == "on" and work > DROPOUT_BUDGET:
         reasons.append(f"cost: a dropout row is judged per query row; B*H*T*S*(Dk+Dv) = {work:,} > {DROPOUT_BUDGET:,}")
+    reasons += presentation_reasons(decl, r)
     if r["call"] == "again" and not reasons and _twin(decl, items, t, defaults) is None:
         reasons.append("no twin: no other value of a non-shape parameter is admitted with these shapes")
     return tuple(reasons)
+
+
+def presentation_reasons(decl: Declaration, r: dict[str, str]) -> list[str]:
+    """Why the row's presentation cannot reach ``decl``'s kernel: the attributes it varies that the adapter
+    does not present (``Declaration.presents``), or M's gradient where the kernel declares none."""
+    need = set()
+    if r["layout"] in (OFFSET, MIXED) or r["cotangent"] != "contiguous":
+        need.add("memory")
+    if r["identity"] != "distinct":
+        need.add("identity")
+        if r["direction"] == "backward":  # one object's gradient is autograd's sum of its parts
+            need.add("requires_grad")
+    if r["requires grad"] != BY_DIRECTION:
+        need.add("requires_grad")
+    if r["context"] in ("forward under grad", "forward under inference mode"):
+        need.add("grad_mode")
+    elif r["context"] == "default dtype float64":
+        need.add("default_dtype")
+    if r["backward calls"] != "once":
+        need.add("backward")
+    missing = sorted(need - decl.presents)
+    reasons = []
+    if missing:
+        reasons.append(f"the adapter does not present {', '.join(missing)} to its kernel (Declaration.presents)")
+    if r["requires grad"] == "query, key, value and M" and not decl.bias_grad:
+        reasons.append("declares no gradient for the additive M (bias_grad)")
+    return reasons
+
+
+def presentation(r: dict[str, str]) -> Presentation | None:
+    """The row's :class:`Presentation` (None where every attribute is as the direction asks)."""
+    asked = next((frozenset(k) for k, v in ASKING.items() if v == r["requires grad"]), None)
+    mode = {"forward under grad": "grad", "forward under inference mode": "inference"}.get(r["context"], "no_grad")
+    pres = Presentation(
+        requires_grad=asked,
+        grad_mode=mode,
+        backward="twice" if r["backward calls"] != "once" else "once",
+        default_dtype="float64" if r["context"] == "default dtype float64" else None,
+    )
+    return None if pres == Presentation() else pres
 
 
 def twin(decl: Declaration, row: dict[str, str], t: int = 2, defaults: dict[str, str] | None = None):
@@ -254,6 +299,10 @@ def _layout(r: dict[str, str], q: np.ndarray, k: np.ndarray, v: np.ndarray):
             axis = drawn_arrays.broadcast_axis(x.shape[0], x.shape[1])
             out.append(drawn_arrays.relayout(x, "broadcast", axis) if axis is not None else x)
         return tuple(out)
+    if kind == OFFSET:
+        return tuple(offset_view(x) for x in (q, k, v))
+    if kind == MIXED:
+        return q, drawn_arrays.relayout(k, "non-contiguous", None), offset_view(v)
     if kind == "sliced from a packed QKV":  # one [B, L, Hq*Dk + Hkv*Dk + Hkv*Dv] buffer, as a fused QKV GEMM writes
         B, L = q.shape[0], max(q.shape[2], k.shape[2])
         widths = [x.shape[1] * x.shape[3] for x in (q, k, v)]
@@ -265,6 +314,40 @@ def _layout(r: dict[str, str], q: np.ndarray, k: np.ndarray, v: np.ndarray):
             out.append(buf[:, :n, start : start + w].reshape(B, n, h, d).transpose(0, 2, 1, 3))
             start += w
         return tuple(out)
+    return q, k, v
+
+
+def offset_view(x: np.ndarray) -> np.ndarray:
+    """The values of ``x`` [..., L, D] as a view into a larger buffer [..., L + 3, D + 5] that starts past
+    its first element (a slice of a KV cache, a query taken out of a longer one): a storage offset and a
+    row stride that are not the shape's, the feature axis still unit-strided."""
+    buf = np.zeros(x.shape[:-2] + (x.shape[-2] + 3, x.shape[-1] + 5), dtype=x.dtype)
+    view = buf[..., 2 : 2 + x.shape[-2], 3 : 3 + x.shape[-1]]
+    view[...] = x
+    return view
+
+
+def cotangent(form: str, g: np.ndarray) -> np.ndarray:
+    """The cotangent ``g`` in memory ``form`` (pairs_space.COTANGENTS); "expanded" keeps its first query
+    row for every row (a stride-0 query axis: the ones of ``out.sum().backward()`` are expanded so)."""
+    if form == "transposed view":
+        return drawn_arrays.relayout(g, "non-contiguous", None)
+    if form == "expanded":
+        return np.broadcast_to(g[:, :, :1], g.shape)
+    if form == OFFSET:
+        return offset_view(g)
+    return g
+
+
+def _identify(r: dict[str, str], q: np.ndarray, k: np.ndarray, v: np.ndarray):
+    """Q, K, V with the row's identity: one array object given for the arguments it names."""
+    kind = r["identity"]
+    if kind == "query is key":
+        return q, q, v
+    if kind == "key is value":
+        return q, k, k
+    if kind == ONE_OBJECT:
+        return q, q, q
     return q, k, v
 
 
@@ -294,7 +377,7 @@ def _build(r: dict[str, str], decl: Declaration, seed: int, c: Concrete, label: 
         content = _mask_content(r, drawn, c, seed)
         mask = np.broadcast_to(content, held) if held != drawn else content
     bias = None if r["additive M"] == "none" else _bias(r, (B, Hq, T, S), c, seed)
-    q, k, v = _layout(r, q, k, v)
+    q, k, v = _identify(r, *_layout(r, q, k, v))
     case = Case(
         q,
         k,
@@ -306,10 +389,13 @@ def _build(r: dict[str, str], decl: Declaration, seed: int, c: Concrete, label: 
         dropout_p=c.dropout_p,
         seed=seed,
         label=label,
+        presentation=presentation(r),
     )
     if content is not None:
         _reopen_accidents(case, content, r, decl)
-    grad_out = cast(rng.standard_normal((B, Hq, T, Dv)), dtype) if r["direction"] == "backward" else None
+    grad_out = None
+    if r["direction"] == "backward":
+        grad_out = cotangent(r["cotangent"], cast(rng.standard_normal((B, Hq, T, Dv)), dtype))
     return case, grad_out
 
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from conformance import oracle
 from conformance.contract import Case, Declaration
-from conformance.harness.cases.pairs_space import DEFAULTS, LEADING_TILE, PARAMETERS, SOME_KEYS, Call
+from conformance.harness.cases.pairs_space import DEFAULTS, LEADING_TILE, PARAMETERS, SOME_KEYS, SUBSETS, Call
 
 Item = tuple[str, str]  # (parameter, value)
 Hidden = dict[Item, list[frozenset[Item]]]  # a hidden value -> the sets of values that hide it
@@ -79,6 +79,12 @@ RULES: tuple[Rule, ...] = (
         "both",
         "itself",
         "it cannot change which keys a row sees",
+    ),
+    Rule(
+        "requires grad: some of query, key, value only",
+        "backward",
+        "everything else (in the gradients not asked for)",
+        "a gradient nobody asks for is never computed: a bug that lives in it cannot show",
     ),
 )
 
@@ -135,6 +141,8 @@ def predicted(row: dict[str, str], decl: Declaration, direction: str) -> Hidden:
         _hide(out, _pick(row, {"Dk": None}), [("scale", "zero")])
         if direction == "backward":
             _hide(out, everything, [("scale", "zero")])
+    if direction == "backward" and g("requires grad") in SUBSETS:
+        _hide(out, everything, [("requires grad", g("requires grad"))])
     if g("layout") == "expanded":  # Q, K, V the same in every batch item (head): a mask or M varying does not help
         if g("B") not in (None, "1"):
             _hide(out, _pick(row, {"B": None}), [("layout", "expanded")])
@@ -205,6 +213,8 @@ def in_case(case: Case, how: Call, decl: Declaration, classes: dict[str, str]) -
         _hide(out, [(p, classes[p]) for p in ("Dk",) if p in classes], [("scale", "zero")])
         if backward:
             _hide(out, everything, [("scale", "zero")])
+    if backward and classes.get("requires grad") in SUBSETS:
+        _hide(out, everything, [("requires grad", classes["requires grad"])])
     # a batch item (head) mixed up reads the same Q, K, V: what varies in a mask or M does not show it
     arrays = [case.query, case.key, case.value]
     for axis, param in ((0, "B"), (1, "heads")):

@@ -35,11 +35,13 @@ LARGE_NEGATIVE = -1e4  # the class "finite large negative" is M at or below it o
 
 
 class Call(NamedTuple):
-    """How a case reached the kernel: ``direction`` ("forward" or "backward") and ``call`` ("first", or
-    "again": right after a call of the same Q, K, V shapes whose other values differ)."""
+    """How a case reached the kernel: ``direction`` ("forward" or "backward"), ``call`` ("first", or
+    "again": right after a call of the same Q, K, V shapes whose other values differ) and, for a
+    backward, the memory form of its cotangent (:func:`memory_form`)."""
 
     direction: str
     call: str = "first"
+    cotangent: str = "contiguous"
 
 
 @dataclass(frozen=True)
@@ -121,16 +123,66 @@ def _bias_class(case: Case) -> str:
     return "finite small"
 
 
+def _root(a: np.ndarray) -> np.ndarray:
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a
+
+
+def memory_form(a) -> str:
+    """One array's memory: "expanded" (a stride-0 axis), "offset into a larger buffer" (a view that starts
+    past its buffer's first element), "transposed view" (its axes out of memory order), or "contiguous"."""
+    a = np.asarray(a)
+    if _expanded_axes(a):
+        return "expanded"
+    root = _root(a)
+    if root is not a and a.size and a.__array_interface__["data"][0] != root.__array_interface__["data"][0]:
+        return OFFSET
+    if not a.flags.c_contiguous:
+        return "transposed view"
+    return "contiguous"
+
+
 def _layout(case: Case) -> str:
     arrays = [np.asarray(a) for a in (case.query, case.key, case.value)]
     if any(_expanded_axes(a) for a in arrays):
         return "expanded"
-    bases = {id(a.base) for a in arrays if a.base is not None}
-    if len(bases) == 1 and all(a.base is not None for a in arrays):
+    distinct = len({id(a) for a in (case.query, case.key, case.value)}) == 3
+    roots = {id(_root(a)) for a in arrays}
+    if distinct and len(roots) == 1 and all(a.base is not None for a in arrays):
         return "sliced from a packed QKV"
-    if any(not a.flags.c_contiguous for a in arrays):
-        return "transposed view"
-    return "contiguous"
+    forms = {memory_form(a) for a in arrays}
+    if len(forms) > 1:
+        return MIXED
+    return forms.pop()
+
+
+def _identity(case: Case) -> str:
+    q, k, v = case.query, case.key, case.value
+    if q is k and k is v:
+        return ONE_OBJECT
+    if q is k:
+        return "query is key"
+    if k is v:
+        return "key is value"
+    return "distinct" if q is not v else "query is value"
+
+
+def _asked(case: Case, how: Call) -> str:
+    pres = case.presentation
+    if pres is None or pres.requires_grad is None:
+        return BY_DIRECTION
+    names = [n for n in ("query", "key", "value", "bias") if n in pres.requires_grad]
+    return ASKING.get(tuple(names), "other")
+
+
+def _context(case: Case, how: Call) -> str:
+    pres = case.presentation
+    if pres is not None and pres.default_dtype == "float64":
+        return "default dtype float64"
+    if pres is None or how.direction == "backward" or pres.grad_mode == "no_grad":
+        return BY_DIRECTION
+    return {"grad": "forward under grad", "inference": "forward under inference mode"}[pres.grad_mode]
 
 
 def _heads(g: int, many: bool = False) -> Callable[[Case, Call], bool]:
@@ -150,9 +202,43 @@ MASK_FORMS = ("none", "[T,S]", "[B,1,1,S]", "[B,1,T,S]", "[1,H,T,S]", "[B,H,T,S]
 SOME_KEYS = "some keys blocked"
 LEADING_TILE = "leading keys blocked over a whole tile"
 BIASES = ("none", "finite small", "finite large negative on whole rows", "-inf on some keys", "-inf on whole rows")
-LAYOUTS = ("contiguous", "transposed view", "sliced from a packed QKV", "expanded")
+OFFSET = "offset into a larger buffer"
+MIXED = "mixed (query contiguous, key a transposed view, value offset)"
+LAYOUTS = ("contiguous", "transposed view", "sliced from a packed QKV", "expanded", OFFSET, MIXED)
+ONE_OBJECT = "query, key and value one object"
+IDENTITIES = ("distinct", "query is key", "key is value", ONE_OBJECT)
+BY_DIRECTION = "as the direction asks"  # requires grad: none forward, Q, K, V backward; context: no_grad forward
+# requires grad: the inputs that ask for a gradient (Presentation.requires_grad), by the names they take
+ASKING = {
+    ("query",): "query",
+    ("key",): "key",
+    ("value",): "value",
+    ("key", "value"): "key and value",
+    ("query", "value"): "query and value",
+    ("query", "key"): "query and key",
+    ("query", "key", "value"): "query, key and value",
+    ("query", "key", "value", "bias"): "query, key, value and M",
+}
+SUBSETS = ("query", "key", "value", "key and value", "query and value", "query and key")  # not every grad is computed
+CONTEXTS = (BY_DIRECTION, "forward under grad", "forward under inference mode", "default dtype float64")
+COTANGENTS = ("contiguous", "transposed view", "expanded", OFFSET)
 SHAPE_PARAMETERS = ("B", "heads", "S", "T", "Dk", "Dv")  # what a per-shape cache keys on (the Q, K, V shapes)
-NON_SHAPE_PARAMETERS = ("dtype", "mask form", "mask content", "additive M", "causal", "scale", "dropout", "layout")
+NON_SHAPE_PARAMETERS = (
+    "dtype",
+    "mask form",
+    "mask content",
+    "additive M",
+    "causal",
+    "scale",
+    "dropout",
+    "layout",
+    "identity",
+    "requires grad",
+    "context",
+)
+# The parameters of how a case reaches the kernel besides its values (the presentation, docs/case-space.md),
+# and the Declaration.presents attribute each value other than the first needs.
+PRESENTATION_PARAMETERS = ("identity", "requires grad", "context", "backward calls", "cotangent")
 
 PARAMETERS: tuple[Parameter, ...] = (
     Parameter("dtype", tuple(_v(d, _is(lambda c: c.dtype, d)) for d in DTYPES)),
@@ -232,6 +318,27 @@ PARAMETERS: tuple[Parameter, ...] = (
         "direction",
         (_v("forward", lambda c, d: d.direction == "forward"), _v("backward", lambda c, d: d.direction == "backward")),
     ),
+    Parameter("identity", tuple(_v(n, _is(_identity, n)) for n in IDENTITIES)),
+    Parameter(
+        "requires grad", tuple(_v(n, lambda c, d, n=n: _asked(c, d) == n) for n in (BY_DIRECTION, *ASKING.values()))
+    ),
+    Parameter("context", tuple(_v(n, lambda c, d, n=n: _context(c, d) == n) for n in CONTEXTS)),
+    Parameter(
+        "backward calls",
+        (
+            _v(
+                "once",
+                lambda c, d: d.direction == "forward" or c.presentation is None or c.presentation.backward == "once",
+            ),
+            _v(
+                "twice over one graph",
+                lambda c, d: (
+                    d.direction == "backward" and c.presentation is not None and c.presentation.backward == "twice"
+                ),
+            ),
+        ),
+    ),
+    Parameter("cotangent", tuple(_v(n, lambda c, d, n=n: d.cotangent == n) for n in COTANGENTS)),
 )
 BY_NAME: dict[str, Parameter] = {p.name: p for p in PARAMETERS}
 DEFAULTS: dict[str, str] = {p.name: p.default for p in PARAMETERS}
@@ -282,6 +389,68 @@ CONSTRAINTS: tuple[Constraint, ...] = (
         "a transposed view needs two of B, H, T (S) longer than 1 in Q or K",
     ),
     Constraint(("Dk", "Dv"), lambda k, v: k == "1" and v == "< Dk", "no head dim is below Dk = 1"),
+    Constraint(
+        ("T", "identity"),
+        lambda t, i: i in ("query is key", ONE_OBJECT) and t != "= S",
+        "one object for the query and the key needs T = S",
+    ),
+    Constraint(
+        ("heads", "identity"),
+        lambda h, i: i in ("query is key", ONE_OBJECT) and h not in ("1:1", "more than 16 heads"),
+        "one object for the query and the key needs as many key heads as query heads",
+    ),
+    Constraint(
+        ("Dv", "identity"),
+        lambda v, i: i in ("key is value", ONE_OBJECT) and v != "= Dk",
+        "one object for the key and the value needs Dv = Dk",
+    ),
+    Constraint(
+        ("layout", "identity"),
+        lambda x, i: i != "distinct" and x in ("sliced from a packed QKV", MIXED),
+        "views into one packed buffer, or of three memory forms, are three objects",
+    ),
+    Constraint(
+        ("requires grad", "identity"),
+        lambda r, i: (
+            (i == "query is key" and r in ("query", "key", "query and value", "key and value"))
+            or (i == "key is value" and r in ("key", "value", "query and key", "query and value"))
+            or (i == ONE_OBJECT and r in SUBSETS)
+        ),
+        "one object asks for its gradient as a whole (a subset asking would split it)",
+    ),
+    Constraint(
+        ("requires grad", "additive M"),
+        lambda r, b: r == "query, key, value and M" and b == "none",
+        "M's gradient needs an additive M",
+    ),
+    Constraint(
+        ("requires grad", "dropout"),
+        lambda r, d: r == "query, key, value and M" and d == "on",
+        "M's gradient is not judged under dropout (the replayed mask is lifted into V, not into M)",
+    ),
+    Constraint(
+        ("context", "direction"),
+        lambda c, d: d == "backward" and c in ("forward under grad", "forward under inference mode"),
+        "a backward runs under autograd whatever a forward's context",
+    ),
+    Constraint(
+        ("backward calls", "direction"),
+        lambda b, d: d == "forward" and b != "once",
+        "a second backward needs a backward",
+    ),
+    Constraint(
+        ("cotangent", "direction"), lambda c, d: d == "forward" and c != "contiguous", "a cotangent needs a backward"
+    ),
+    Constraint(
+        ("T", "cotangent"),
+        lambda t, c: t == "1" and c == "expanded",
+        "a cotangent expanded along the query axis needs T > 1",
+    ),
+    Constraint(
+        ("B", "T", "cotangent"),
+        lambda b, t, c: c == "transposed view" and b == "1" and t == "1",
+        "a transposed cotangent needs B or T longer than 1",
+    ),
 )
 
 

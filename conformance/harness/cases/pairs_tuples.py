@@ -32,7 +32,7 @@ def records_of(row: dict[str, str]) -> list[tuple[Call, dict[str, str]]]:
     call = row.get("call", DEFAULTS["call"])
     out = [(Call("forward", call), {**row, "direction": "forward"} if "direction" in row else dict(row))]
     if row.get("direction") == "backward":
-        out.append((Call("backward", call), dict(row)))
+        out.append((Call("backward", call, row.get("cotangent", DEFAULTS["cotangent"])), dict(row)))
     return out
 
 

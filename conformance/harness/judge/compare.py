@@ -21,9 +21,11 @@ from conformance.harness.judge import tolerance
 from conformance.harness.judge.expected import (
     case_key,
     expected,
+    expected_bias_grad,
     expected_vjp,
     formulation,
     grad_allowance,
+    merged_aliases,
     output_allowance,
     pair_allowance,
     weights_allowance,
@@ -241,9 +243,16 @@ def assert_vjp_matches(impl: GuardedAdapter, case: Case, grad_out: np.ndarray) -
     __tracebackhide__ = True
     grads = impl.vjp(case, grad_out)
     decl = impl.declaration
-    want = expected_vjp(case, grad_out, decl)
-    allowances = grad_allowance(case, grad_out, decl)
-    for name, got, exp, allowed in zip(("dq", "dk", "dv"), grads, want, allowances):
+    want, allowances = merged_aliases(
+        case, decl, expected_vjp(case, grad_out, decl), grad_allowance(case, grad_out, decl)
+    )
+    if len(grads) == 4:  # the additive M asked for its gradient
+        exp, allowed = expected_bias_grad(case, grad_out, decl)
+        want.append(exp)
+        allowances.append(allowed)
+    for name, got, exp, allowed in zip(("dq", "dk", "dv", "dbias"), grads, want, allowances):
+        if got is None:  # an input that did not ask for its gradient (the guarded call checked who asked)
+            continue
         g = np.asarray(got, dtype=np.float64)
         bad = ~np.isfinite(g) & np.isfinite(exp)
         if bad.any():

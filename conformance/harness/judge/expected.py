@@ -20,7 +20,7 @@ from collections import OrderedDict
 import numpy as np
 
 from conformance import oracle, oracle_formulations, oracle_variants
-from conformance.contract import Case, Declaration
+from conformance.contract import Case, Declaration, aliases
 from conformance.harness.calls.probes import probe_case
 from conformance.harness.judge import ensemble, formulation_error, tolerance
 
@@ -203,6 +203,35 @@ def expected_vjp(case: Case, grad_out: np.ndarray, decl: Declaration) -> tuple[n
             "fvjp:" + _digest(grad_out), case, decl, lambda: oracle_formulations.vjp(case, grad_out, f, decl)
         )
     return _spec_vjp(case, grad_out, decl)
+
+
+def merged_aliases(case: Case, decl: Declaration, want, allowed) -> tuple[list, list]:
+    """(dQ, dK, dV) and their allowances as a kernel differentiated by autograd returns them for ``case``:
+    an argument that is one object with another (self-attention's ``q = k = x``) gets the whole gradient
+    of that object, the sum of its arguments' parts, under each name (``Presentation``'s contract).
+    Kernels whose adapter does not present ``requires_grad`` compute each argument's own part."""
+    want, allowed = list(want), list(allowed)
+    if "requires_grad" in decl.presents:
+        index = {"query": 0, "key": 1, "value": 2}
+        for group in aliases(case):
+            at = [index[n] for n in group]
+            total, bound = sum(want[i] for i in at), sum(allowed[i] for i in at)
+            for i in at:
+                want[i], allowed[i] = total, bound
+    return want, allowed
+
+
+def expected_bias_grad(case: Case, grad_out: np.ndarray, decl: Declaration) -> tuple[np.ndarray, np.ndarray]:
+    """The oracle's gradient of the additive M (in M's shape) for ``case`` and cotangent ``grad_out``, and
+    its allowance (``tolerance.bias_grad_bound``), under ``decl``'s conventions."""
+
+    def compute():
+        fwd = expected(case, decl)
+        want = oracle.bias_grad(case, fwd, grad_out)
+        bound = tolerance.bias_grad_bound(case, fwd, _row_model(case, decl), _output_bound(case, decl), grad_out)
+        return want, bound
+
+    return _cached("dbias:" + _digest(grad_out), case, decl, compute)
 
 
 def _spec_vjp(case: Case, grad_out: np.ndarray, decl: Declaration) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

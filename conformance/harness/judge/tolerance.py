@@ -87,6 +87,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from conformance import oracle
 from conformance.contract import Case
 from conformance.oracle import Forward, expand_kv, fold_query_heads
 
@@ -261,25 +262,13 @@ def weights_bound(rm: RowModel) -> np.ndarray:
     return bound
 
 
-def grad_bound(
-    case: Case,
-    fwd: Forward,
-    rm: RowModel,
-    out_bound: np.ndarray,
-    grad_out: np.ndarray,
+def _score_grad(
+    case: Case, fwd: Forward, rm: RowModel, out_bound: np.ndarray, do: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """First-order bounds on |dQ|, |dK|, |dV| errors of a FlashAttention-style backward.
-
-    Every quantity is an elementwise absolute bound carried from product to product (running error
-    analysis); products of two error terms are kept through the (1 + omega) factors only.
-    """
+    """(dS, its bound, P's bound as the backward has it): the score gradient dS = P (dP - D) of a
+    FlashAttention-style backward (module docstring), shared by dQ, dK and the gradient of M."""
     prec = rm.prec
-    g = case.Hq // case.Hkv
-    scale = case.effective_scale
-    q = np.asarray(case.query).astype(np.float64)
-    k = expand_kv(np.asarray(case.key).astype(np.float64), case.Hq)
     v = expand_kv(np.asarray(case.value).astype(np.float64), case.Hq)
-    do = np.asarray(grad_out).astype(np.float64)
     p = rm.weights
     live = ~fwd.all_blocked[..., None]
     ir = 2.0 * prec.u_a if prec.inputs_rounded else 0.0  # inputs and dO rounded to float32
@@ -304,6 +293,47 @@ def grad_bound(
     for _ in range(prec.ds_roundings):  # dS rounded to d before dQ, dK (and scaled there, if declared)
         e_ds = e_ds + prec.p_rounding(np.abs(ds) + e_ds) * rm.visible
     e_ds = np.where(live & rm.visible, e_ds, 0.0)
+    return ds, e_ds, pi
+
+
+def bias_grad_bound(case: Case, fwd: Forward, rm: RowModel, out_bound: np.ndarray, grad_out: np.ndarray) -> np.ndarray:
+    """First-order bound on the gradient of the additive M: dS (M is added after the scale), summed
+    over the axes M is broadcast along (a sum of n terms: gamma(n) of their absolute sum), rounded to
+    the dtype M is held in (at most the working dtype's unit roundoff)."""
+    ds, e_ds, _ = _score_grad(case, fwd, rm, out_bound, np.asarray(grad_out).astype(np.float64))
+    shape = np.shape(case.bias)
+    summed = [ds.shape[i] for i in range(ds.ndim) if i < ds.ndim - len(shape) or shape[i - (ds.ndim - len(shape))] == 1]
+    n = int(np.prod(summed)) if summed else 1
+
+    def reduce(x: np.ndarray) -> np.ndarray:
+        return oracle.reduced_to(x, shape)
+
+    exact = np.abs(reduce(ds))
+    pre = reduce(e_ds) + rm.prec.gamma(n) * reduce(np.abs(ds) + e_ds) + rm.prec.u_a * exact
+    return pre + rm.prec.rounding(exact + pre)
+
+
+def grad_bound(
+    case: Case,
+    fwd: Forward,
+    rm: RowModel,
+    out_bound: np.ndarray,
+    grad_out: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """First-order bounds on |dQ|, |dK|, |dV| errors of a FlashAttention-style backward.
+
+    Every quantity is an elementwise absolute bound carried from product to product (running error
+    analysis); products of two error terms are kept through the (1 + omega) factors only.
+    """
+    prec = rm.prec
+    g = case.Hq // case.Hkv
+    scale = case.effective_scale
+    q = np.asarray(case.query).astype(np.float64)
+    k = expand_kv(np.asarray(case.key).astype(np.float64), case.Hq)
+    ir = 2.0 * prec.u_a if prec.inputs_rounded else 0.0  # inputs and dO rounded to float32
+    do = np.asarray(grad_out).astype(np.float64)
+    p = rm.weights
+    ds, e_ds, pi = _score_grad(case, fwd, rm, out_bound, do)
     ads = np.abs(ds) + e_ds
     # dQ = scale dS K
     dq = (ds @ k) * scale
