@@ -152,9 +152,9 @@ def _layout(case: Case) -> str:
     if distinct and len(roots) == 1 and all(a.base is not None for a in arrays):
         return "sliced from a packed QKV"
     forms = {memory_form(a) for a in arrays}
-    if len(forms) > 1:
-        return MIXED
-    return forms.pop()
+    if OFFSET in forms:  # the mixed layout's value is offset beside a contiguous query
+        return OFFSET if forms == {OFFSET} else MIXED
+    return "transposed view" if "transposed view" in forms else "contiguous"
 
 
 def _identity(case: Case) -> str:

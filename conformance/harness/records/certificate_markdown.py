@@ -216,6 +216,8 @@ def expectation_run(entry: dict) -> str:
         return f"explained {entry['tests']} failing clause test(s): {', '.join(entry['clauses'])}"
     if status == "stale":
         return f"STALE: no failing case, although {entry['reached']} cases with its features ran"
+    if status == "other releases":
+        return f"not applied: {entry.get('why') or 'holds for other releases'}"
     return "not reached: no case of this run had its features"
 
 

@@ -28,6 +28,10 @@ The file is TOML (``implementations/expectations/<adapter>.toml`` for a built-in
     reason = "one sentence: why the library does it"
     evidence = "the measured behaviour (numbers), reproduced by calling the library directly"
     link = "https://..."               # optional: the library's docs or issue
+    versions = ">=3.6,<3.15"           # optional: the releases of the adapter's library it holds for (a
+                                       # PEP 440 specifier set); outside them the cause is not applied
+    library = "torch"                  # optional, with versions: count releases of this distribution
+                                       # instead of the adapter's library (the first of its measured_with)
 
 What a kernel *computes* differently (float16 products without the upcast, a finite fill of blocked
 keys, float32 at a lower precision) is not an expectation: it is a declared formulation of the
@@ -42,6 +46,10 @@ Which file applies (``--expectations``, repeatable):
 * ``SPEC=FILE`` or ``SPEC=none``: for that ``--impl`` only (SPEC exactly as given to ``--impl``);
   these override the two forms above for their SPEC.
 
+One file serves every release of a library: a cause whose ``versions`` leave out the installed release
+is *not applied* (listed as "other releases", never stale), and one applied that no longer fails is
+stale for this release alone (conformance.releases reads the release and matches the range).
+
 This module reads and checks the files and reviews a run's records against them;
 harness.run.expectations_plugin applies them to the clause tests of a run.
 """
@@ -55,10 +63,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from conformance import releases
 from conformance.harness.cases import features as cf
 from conformance.harness.causes.conventions import known_convention
 
-_KEYS = {"behaviour", "when", "matches", "raises", "raises_when", "reason", "evidence", "link"}
+_KEYS = {"behaviour", "when", "matches", "raises", "raises_when", "reason", "evidence", "link", "versions", "library"}
 RAISED = ("AdapterError", "UndeclaredRefusal")  # a kernel that raised on, or refused, a case it should take
 _REQUIRED = ("behaviour", "reason", "evidence")
 
@@ -81,6 +90,12 @@ class Expectation:
     link: str | None
     file: str
     entry: int  # 1-based position of the [[cause]] in the file
+    versions: str | None = None  # the releases it holds for (PEP 440 specifier set); None: every release
+    library: str | None = None  # the distribution ``versions`` counts (None: the adapter's library)
+
+    def holds_for(self, version: str | None) -> bool:
+        """Whether the behaviour is expected of this release of the library (an unknown release: yes)."""
+        return self.versions is None or version is None or releases.contains(self.versions, version)
 
     @property
     def key(self) -> str:
@@ -136,6 +151,8 @@ class Expectation:
             "link": self.link,
             "file": self.file,
             "entry": self.entry,
+            "versions": self.versions,
+            "library": self.library,
         }
 
 
@@ -178,7 +195,7 @@ def load(path: Path) -> list[Expectation]:
     out: list[Expectation] = []
     for n, raw in enumerate(entries, start=1):
         exp = _entry(raw, path, n)
-        clash = next((e for e in out if e.behaviour == exp.behaviour), None)
+        clash = next((e for e in out if e.behaviour == exp.behaviour and e.versions == exp.versions), None)
         if clash is not None:
             raise ExpectationsError(
                 f"{exp.where}: behaviour {exp.behaviour!r} is already listed by [[cause]] {clash.entry}"
@@ -242,6 +259,17 @@ def _entry(raw: Any, path: Path, n: int) -> Expectation:
     link = raw.get("link")
     if link is not None and (not isinstance(link, str) or not link.strip()):
         raise ExpectationsError(f"{where}: 'link' must be a non-empty string, or omitted")
+    versions, library = raw.get("versions"), raw.get("library")
+    if versions is not None:
+        try:
+            releases.check(versions)
+        except releases.ReleaseRangeError as exc:
+            raise ExpectationsError(f"{where}: 'versions' = {exc}") from None
+    if library is not None and (versions is None or not isinstance(library, str) or not library.strip()):
+        raise ExpectationsError(
+            f"{where}: 'library' names the distribution whose releases 'versions' counts: a non-empty string, "
+            "given with 'versions'"
+        )
     return Expectation(
         behaviour=raw["behaviour"].strip(),
         when=when,
@@ -253,7 +281,31 @@ def _entry(raw: Any, path: Path, n: int) -> Expectation:
         link=link,
         file=str(path),
         entry=n,
+        versions=versions,
+        library=library,
     )
+
+
+def release_of(entry: Expectation, adapter: object) -> tuple[str | None, str | None]:
+    """(distribution, installed release) that ``entry``'s ``versions`` is read against."""
+    dist = entry.library or releases.library_of(adapter)
+    return dist, (releases.installed(dist) if dist else None)
+
+
+def in_release(
+    entries: Iterable[Expectation], adapter: object
+) -> tuple[list[Expectation], list[tuple[Expectation, str]]]:
+    """(the entries that hold for the installed release of the adapter's library, (entry, why not) for
+    the others: "keras 3.15.1 is outside >=3.6,<3.15"). An entry without ``versions``, or whose library
+    is not installed, holds."""
+    held, others = [], []
+    for e in entries:
+        dist, version = release_of(e, adapter)
+        if e.holds_for(version):
+            held.append(e)
+        else:
+            others.append((e, f"{dist} {version} is outside {e.versions}"))
+    return held, others
 
 
 def review(entries: Iterable[Expectation], rows: Iterable[dict]) -> dict[str, dict]:

@@ -11,13 +11,21 @@ entry was stale is decided at the end, from every record (``runstate.verdicts``)
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conformance.harness.records.expectations import Expectation, ExpectationsError, choose_files, load, review
+from conformance.harness.records.expectations import (
+    Expectation,
+    ExpectationsError,
+    choose_files,
+    in_release,
+    load,
+    review,
+)
 from conformance.harness.run import runstate
 
 OPT_EXPECTATIONS = "expectations"
@@ -25,16 +33,36 @@ OPT_EXPECTATIONS = "expectations"
 
 @dataclass
 class Applied:
-    """This run's expectations: which file applies to each spec, and its entries once loaded."""
+    """This run's expectations: which file applies to each spec, and its entries once loaded; of those,
+    the ones that hold for the installed release of the spec's library (``adapter_of`` gives the adapter
+    whose ``measured_with`` names it; without it every entry holds)."""
 
     files: dict[str, Path | None]
     loaded: dict[str, list[Expectation]] = field(default_factory=dict)
+    adapter_of: Callable[[str], Any] | None = None
+    _split: dict[str, tuple[list[Expectation], list[tuple[Expectation, str]]]] = field(default_factory=dict)
 
-    def entries(self, spec: str) -> list[Expectation]:
+    def all_entries(self, spec: str) -> list[Expectation]:
+        """Every entry of ``spec``'s file, loaded and checked, whatever release it holds for."""
         if spec not in self.loaded:
             path = self.files.get(spec)
             self.loaded[spec] = load(path) if path is not None else []
         return self.loaded[spec]
+
+    def _release_split(self, spec: str) -> tuple[list[Expectation], list[tuple[Expectation, str]]]:
+        if spec not in self._split:
+            entries = self.all_entries(spec)
+            adapter = self.adapter_of(spec) if self.adapter_of is not None and entries else None
+            self._split[spec] = in_release(entries, adapter) if adapter is not None else (entries, [])
+        return self._split[spec]
+
+    def entries(self, spec: str) -> list[Expectation]:
+        """The entries that apply in this run: those whose ``versions`` hold the installed release."""
+        return self._release_split(spec)[0]
+
+    def other_releases(self, spec: str) -> list[tuple[Expectation, str]]:
+        """(entry, why it is not applied) for the entries of other releases of the library."""
+        return self._release_split(spec)[1]
 
     def explaining(self, spec: str, failure: dict | None) -> Expectation | None:
         """The first entry of ``spec``'s file whose behaviour explains this failure record."""
@@ -66,11 +94,18 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         applied = Applied(choose_files(values, state.specs, state.explicit, config.invocation_params.dir))
         for spec in state.specs if values else ():
-            applied.entries(spec)  # named on the command line: a bad file stops the run before any test
+            applied.all_entries(spec)  # named on the command line: a bad file stops the run before any test
     except ExpectationsError as exc:
         raise pytest.UsageError(str(exc)) from None
+    applied.adapter_of = lambda spec: _adapter(state, spec)
     config.stash[_KEY] = applied
     state.expectations = applied
+
+
+def _adapter(state: Any, spec: str) -> Any:
+    """The adapter ``spec`` resolves to (its library's release scopes the causes), or None."""
+    resolved = state.resolved.get(spec)
+    return getattr(resolved, "adapter", None)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -80,7 +115,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     try:
         for spec in applied.files:
-            applied.entries(spec)
+            applied.all_entries(spec)
     except ExpectationsError as exc:
         raise pytest.UsageError(str(exc)) from None
 
@@ -168,6 +203,11 @@ def certificate_section(config: pytest.Config, spec: str, rows: list[dict], fail
         entries = []
     status = review(entries, rows)
     section["entries"] = [{**e.as_dict(), **status[e.key]} for e in entries]
+    others = applied.other_releases(spec) if applied is not None and "error" not in section else []
+    section["entries"] += [
+        {**e.as_dict(), "status": "other releases", "why": why, "tests": 0, "clauses": [], "reached": 0}
+        for e, why in others
+    ]
     section["expected_failures"] = [
         {
             "clause": r["clause"],
