@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     # command-line entry points: python -m conformance.catalog / certificates / discover / matrix
-    ("conformance.certificates", "conformance.discover", "conformance.matrix"),
+    ("conformance.certificates", "conformance.discover", "conformance.matrix", "conformance.sweep"),
     ("conformance.catalog",),  # python -m conformance.catalog; the matrix reads the clauses' sections from it
     ("conformance.clauses",),
     ("conformance.harness.plugin",),  # the pytest entry point: registers run's sub-plugins
@@ -37,13 +37,14 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("conformance.oracle_formulations",),
     ("conformance.oracle",),
     ("conformance.contract",),
+    ("conformance.releases",),  # which release of a library is installed, and whether a range holds it
     ("conformance",),  # the package itself: __version__ and SPEC_REVISION, no imports
 )
 
 # The adapters stand beside the layers: they import the contract alone (and their own private
 # modules), and only the rooms that load them or read their files import them.
 ADAPTERS = "implementations"
-ADAPTERS_MAY_IMPORT = ("conformance.contract", ADAPTERS)
+ADAPTERS_MAY_IMPORT = ("conformance.contract", "conformance.releases", ADAPTERS)
 MAY_IMPORT_ADAPTERS = ("conformance.harness.calls", "conformance.harness.records")
 
 PACKAGES = ("conformance", ADAPTERS)

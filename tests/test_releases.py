@@ -13,7 +13,8 @@ import pytest
 from conformance import releases
 from conformance.harness.records import expectations
 from conformance.harness.records.expectations import ExpectationsError, in_release, load
-from tests.test_expectations import BROKEN, FAILING, FIXED, _entry, _file, _headline, _run, files_plan  # noqa: F401
+from tests import test_expectations
+from tests.test_expectations import BROKEN, FAILING, FIXED, _entry, _file, _headline, _run
 
 pytest_plugins = ["pytester"]
 pytestmark = pytest.mark.usefixtures("restore_hypothesis_profile")
@@ -101,6 +102,9 @@ def test_a_bad_release_key_names_the_entry(tmp_path, extra, message):
 
 
 # -- runs: the release of the kernel's library made to answer 1.5 -------------------------------------
+files_plan = test_expectations.files_plan  # the plan cut to the clauses of the two files run
+
+
 @pytest.fixture
 def release_1_5(monkeypatch):
     monkeypatch.setattr(expectations, "release_of", lambda entry, adapter: ("lib", "1.5"))

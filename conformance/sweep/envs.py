@@ -33,9 +33,9 @@ CACHE = Path(os.environ.get("SDPA_SWEEP_CACHE", Path.home() / ".cache" / "sdpa-c
 COMPANIONS = {"jax": ("jaxlib",), "mlx": ("mlx-cpu",)}
 # What each built-in's kernel needs besides the suite (the library a release is swept for is one of them).
 NEEDS = {
-    # keras-torch (keras-jax and keras-numpy: see needs()); keras's torch backend imports scipy, which the
-    # project's own environment has through jax
-    "keras": ("keras", "torch", "scipy"),
+    # keras-torch (keras-jax and keras-numpy: see needs()); the keras adapters import keras under its numpy
+    # backend first, which imports jax (and keras's torch backend scipy, which jax brings)
+    "keras": ("keras", "torch", "jax", "jaxlib"),
     "jax": ("jax", "jaxlib"),
     "onnxruntime": ("onnxruntime", "onnx"),
     "hf": ("transformers", "torch"),
@@ -51,10 +51,8 @@ class SweepError(ValueError):
 
 def needs(impl: str) -> tuple[str, ...]:
     """The distributions the built-in ``impl``'s kernel imports (torch first where it needs torch)."""
-    if impl == "keras-jax":
+    if impl in ("keras-jax", "keras-numpy"):
         return ("keras", "jax", "jaxlib")
-    if impl == "keras-numpy":
-        return ("keras",)
     for prefix, dists in NEEDS.items():
         if impl == prefix or impl.startswith(prefix + "-"):
             return dists
