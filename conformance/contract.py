@@ -200,6 +200,22 @@ class CacheForm:
         return ", ".join(parts)
 
 
+# The preconditions of 000 §8 a call can violate, by the names ``Declaration.accepts_invalid`` and the
+# verdict use (conformance/harness/cases/preconditions.py says what each is and how a case breaks it).
+PRECONDITIONS: tuple[str, ...] = (
+    "rank",
+    "integer",
+    "mixed-dtype",
+    "batch",
+    "heads",
+    "gqa-flag",
+    "feature",
+    "kv-length",
+    "mask-shape",
+    "mask-larger",
+    "dropout-range",
+)
+
 # How a case's numbers reach the kernel, beyond the numbers (Case.presentation, Declaration.presents).
 # A kernel must give the same answer however the same numbers are handed over; each attribute is one
 # way the handing over can vary, and an adapter names the ones its kernel really receives:
@@ -323,6 +339,9 @@ class Case:
     sinks: np.ndarray | None = None
     # How the case reaches the kernel besides its values (Presentation); None: as usual.
     presentation: Presentation | None = None
+    # The GQA flag a caller passes where the kernel's signature has one (torch's ``enable_gqa``); None:
+    # set exactly when Hq != Hkv. False with Hq != Hkv is an invalid call (000 §8: heads must match).
+    enable_gqa: bool | None = None
 
     @property
     def dtype(self) -> str:
@@ -482,7 +501,14 @@ class Declaration:
     # The kernel gives the additive M (a float mask) its gradient when M asks for one (torch's SDPA does:
     # a learned bias is trained through it); a kernel that detaches or folds M declares False.
     bias_grad: bool = False
-    validates_inputs: bool = False
+    # 000 §8's preconditions: the spec's kernel refuses every invalid input (rank, dtype, matching
+    # dims, a mask that broadcasts, dropout_p in [0, 1]) with an error. False declares that it refuses
+    # none; ``accepts_invalid`` names the ones it accepts (PRECONDITIONS); either is a listed deviation,
+    # and every run measures and lists what the kernel accepts whatever it declares.
+    validates_inputs: bool = True
+    accepts_invalid: frozenset[str] = frozenset()
+    # The kernel's signature has a GQA flag (torch's ``enable_gqa``): grouped heads are valid only with it.
+    gqa_flag: bool = False
     rejects_with: frozenset[str] = REJECTS_WITH_DEFAULT
     causal_with_mask: bool | None = None
     # What a case's boolean mask and additive M reach the kernel as, when a case has both: False, as
@@ -569,6 +595,14 @@ class Declaration:
         if self.backend is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:+/-]*", self.backend):
             raise ValueError(f"backend={self.backend!r}: a kernel name such as flash, math, cudnn or xla")
         self._normalise_rejects_with()
+        accepts = frozenset(
+            n.strip() for n in (self.accepts_invalid.split(",") if isinstance(self.accepts_invalid, str)
+                                else self.accepts_invalid) if n.strip()
+        )  # fmt: skip
+        unknown = sorted(accepts - set(PRECONDITIONS))
+        if unknown:
+            raise ValueError(f"accepts_invalid names {unknown}; known: {', '.join(PRECONDITIONS)}")
+        object.__setattr__(self, "accepts_invalid", accepts)
         presents = frozenset(self.presents)
         unknown = sorted(presents - set(PRESENTATION_ATTRIBUTES))
         if unknown:
@@ -621,6 +655,7 @@ class Declaration:
         d["dtypes"] = sorted(self.dtypes, key=DTYPES.index)
         d["rejects_with"] = sorted(self.rejects_with)
         d["presents"] = [a for a in PRESENTATION_ATTRIBUTES if a in self.presents]
+        d["accepts_invalid"] = [a for a in PRECONDITIONS if a in self.accepts_invalid]
         return d
 
     def all_blocked_policy(self, case: Case) -> str:

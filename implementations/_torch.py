@@ -280,7 +280,9 @@ def sdpa_kwargs(
         "is_causal": is_causal,
         "scale": case.scale,
     }
-    if case.Hq != case.Hkv:
+    if case.enable_gqa is not None:  # the caller's flag, as given (False with grouped heads: an invalid call)
+        kwargs["enable_gqa"] = bool(case.enable_gqa)
+    elif case.Hq != case.Hkv:
         kwargs["enable_gqa"] = True
     return kwargs
 

@@ -48,6 +48,7 @@ FUNCTION_DEFAULTS = Declaration(
     # Every presentation reaches the function (implementations/_torch.py: Arguments, forward, vjp).
     presents=frozenset({"memory", "identity", "requires_grad", "grad_mode", "backward", "default_dtype"}),
     masks_combined=True,  # sdpa_kwargs folds a boolean mask and an additive M into one attn_mask
+    gqa_flag=True,  # grouped heads are valid only with enable_gqa=True, as in torch's SDPA
     notes="plain function with the torch SDPA signature",
 )
 
@@ -58,7 +59,6 @@ class FunctionAdapter:
     def __init__(self, fn: Callable, name: str, declaration: Declaration = FUNCTION_DEFAULTS, device: str = "cpu"):
         self.fn = fn
         self.name = name
-        self.declaration = declaration.replace(device=device)
         self.device = device
         self.combination_refusals: list[str] = []  # "Type: message" of each refused is_causal + mask call
         try:
@@ -68,6 +68,8 @@ class FunctionAdapter:
             )
         except (TypeError, ValueError):  # builtins without a signature: assume torch's
             self._accepts_gqa = True
+        # without an enable_gqa parameter there is no GQA flag to call it without
+        self.declaration = declaration.replace(device=device, gqa_flag=declaration.gqa_flag and self._accepts_gqa)
 
     def unavailable_reason(self) -> str | None:
         try:

@@ -331,6 +331,7 @@ _CPU = Declaration(
     all_blocked="zeros",
     mask_sense="attend",
     masks_combined=True,  # sdpa_kwargs: a boolean mask and an additive M become one attn_mask
+    gqa_flag=True,  # enable_gqa
     batch_invariant=True,
     notes=(
         "torch 2.13 CPU, backend chosen by torch (flash for most cases; math for dropout and "

@@ -31,12 +31,19 @@ def _correct_kernels() -> dict:
     from tests.mutants_features import BatchInvariantKernel, DropoutKernel, GradKernel
     from tests.mutants_variants import VariantKernel
 
+    def function():  # the torch reference with torch's SDPA signature, as a user's plain function is certified
+        from implementations.function import FUNCTION_DEFAULTS, FunctionAdapter
+        from tests.trust_kernels import reference
+
+        return FunctionAdapter(reference, name="base-function", declaration=FUNCTION_DEFAULTS)
+
     return {
         "base": MUTANTS["base"],
         "base-dropout": lambda: DropoutKernel("base-dropout"),
         "base-grad": lambda: GradKernel("base-grad"),
         "base-batch-invariant": lambda: BatchInvariantKernel("base-batch-invariant"),
         "base-variants": lambda: VariantKernel("base-variants"),  # windows, softcap, ALiBi, lse; bottom-right
+        "base-function": function,  # every presentation, the GQA flag, M's gradient
     }
 
 
@@ -78,7 +85,7 @@ def test_clause_kills_its_mutants(clause_id):
 # would run again.
 _LONG = {c for c, info in CLAUSES.items() if info.func.__module__ in NOT_IN_CI}
 _LONG_KERNELS = {"base", "base-variants"}
-_FEATURE_BASES = ("base-batch-invariant", "base-dropout", "base-grad")
+_FEATURE_BASES = ("base-batch-invariant", "base-dropout", "base-grad", "base-function")
 
 
 def _admits(clause_id: str, kernel: str) -> bool:

@@ -3,7 +3,8 @@
 Plain functions with torch's SDPA signature (a boolean mask means True = may attend), certified through
 ``--impl=tests.trust_kernels:NAME`` by tests/test_trust.py. :func:`_attention` is right everywhere (the
 spec's zero rows, -inf masks, float32 work for low precision, float64 kept); each kernel departs from
-it in exactly one way, each taken from a library or a kernel seen in the wild:
+it in exactly one way, each taken from a library or a kernel seen in the wild (:func:`validate` refuses
+the invalid calls 000 §8 rules out, as the suite's default declaration asks):
 
 - :func:`shared_dropout`: one dropout keep-mask for every batch item and head, and no scale argument
   and Dk == Dv required (a fused kernel's limits); the V = I probe once needed a scale to observe its
@@ -28,13 +29,42 @@ HUGE = 1.0e30  # huge_on_causal_decode's output
 FILL = -1.0e4  # causal_finite_triangle's additive causal fill
 
 
+def validate(q, k, v, attn_mask, dropout_p, enable_gqa, skip: frozenset = frozenset()) -> None:
+    """000 §8's preconditions as torch's SDPA signature meets them (RuntimeError / ValueError / TypeError),
+    each named as in conformance.contract.PRECONDITIONS; ``skip`` leaves those out (the precondition
+    mutants of tests/mutants_preconditions.py)."""
+
+    def check(name: str, ok: bool, message: str, error: type = ValueError) -> None:
+        if name not in skip and not ok:
+            raise error(message)
+
+    check("rank", all(x.dim() == 4 for x in (q, k, v)), "query, key and value must be 4-D")
+    if any(x.dim() != 4 for x in (q, k, v)):
+        return
+    check("integer", all(x.is_floating_point() for x in (q, k, v)), "query, key and value must be floating", TypeError)
+    check("mixed-dtype", k.dtype == q.dtype and v.dtype == q.dtype, "query, key and value must share a dtype")
+    check("batch", k.shape[0] == q.shape[0] and v.shape[0] == q.shape[0], "batch sizes differ")
+    hq, hkv = q.shape[1], k.shape[1]
+    check("heads", hkv > 0 and hq % hkv == 0 and v.shape[1] == hkv, "query heads must be a multiple of key heads")
+    check("gqa-flag", hq == hkv or enable_gqa, "query and key heads differ without enable_gqa")
+    check("feature", k.shape[-1] == q.shape[-1], "query and key feature dims differ")
+    check("kv-length", k.shape[-2] == v.shape[-2], "key and value lengths differ")
+    if attn_mask is not None:
+        check("mask-larger", attn_mask.dim() <= 4, "attn_mask has more dims than the attention weights")
+        full = (q.shape[0], hq, q.shape[-2], k.shape[-2])
+        fits = all(a in (1, b) for a, b in zip(attn_mask.shape[::-1], full[::-1]))
+        check("mask-shape", fits, "attn_mask does not broadcast to [B, H, T, S]")
+    check("dropout-range", 0.0 <= dropout_p <= 1.0, "dropout_p must lie in [0, 1]")
+
+
 def _attention(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa, *, clip=None, causal_fill=None,
-               shared_dropout=False):  # fmt: skip
+               shared_dropout=False, skip=frozenset()):  # fmt: skip
     import torch
 
+    validate(q, k, v, attn_mask, dropout_p, enable_gqa, skip)
     dtype = q.dtype
     work = torch.float64 if dtype == torch.float64 else torch.float32
-    if enable_gqa and k.shape[-3] != q.shape[-3]:
+    if k.shape[-3] != q.shape[-3]:
         g = q.shape[-3] // k.shape[-3]
         k, v = k.repeat_interleave(g, dim=-3), v.repeat_interleave(g, dim=-3)
     T, S = q.shape[-2], k.shape[-2]

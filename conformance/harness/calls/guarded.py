@@ -288,16 +288,24 @@ class GuardedAdapter:
         """Call ``forward`` on a case the declaration is NOT consulted for, e.g. a deliberately
         invalid one; returns (result, None) or (None, exception), ``NotApplicable`` included: the
         caller (``harness.judge.rejection``) judges it, and never counts a refusal as a rejection. A call
-        that returns or raises is a case run; a hang still fails the clause (``AdapterError``)."""
+        that returns or raises is a case run; a hang still fails the clause (``AdapterError``), and so
+        does a call that writes its inputs or changes process state (``_after_call``), valid or not."""
         self.calls += 1
+        inputs = [(n, a) for n, a in (("query", case.query), ("key", case.key), ("value", case.value)) if a is not None]
+        inputs += [(n, a) for n, a in (("mask", case.mask), ("bias", case.bias)) if a is not None]
+        snapshots = [(n, np.array(a, copy=True)) for n, a in inputs]
+        state = process_state.Snapshot.take()
         try:
-            result = self.programs.call(
-                case,
-                "forward",
-                lambda: _call_with_timeout(
-                    lambda: self.adapter.forward(case), self.timeout, f"{self.name}.forward", case
-                ),
-            )
+            try:
+                result = self.programs.call(
+                    case,
+                    "forward",
+                    lambda: _call_with_timeout(
+                        lambda: self.adapter.forward(case), self.timeout, f"{self.name}.forward", case
+                    ),
+                )
+            finally:
+                self._after_call(case, "forward", inputs, snapshots, state)
         except AdapterError:
             raise
         except Exception as exc:  # noqa: BLE001 - the caller judges the exception

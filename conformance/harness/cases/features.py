@@ -17,7 +17,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from conformance.contract import Case, Declaration
+from conformance.contract import PRECONDITIONS, Case, Declaration
+from conformance.harness.cases import preconditions
 from conformance.harness.cases.cells import form_of
 
 JOIN = "; "
@@ -168,9 +169,13 @@ def features(case: Case, what: str = "forward", folded: bool = False, alignment:
 
 
 def key(case: Case, what: str = "forward", folded: bool = False, alignment: str = "top-left") -> str | None:
-    """The features of one call as one string (a Counter key that survives JSON); None for a case
-    the vocabulary cannot read (a bad-input clause's malformed arrays)."""
+    """The features of one call as one string (a Counter key that survives JSON): for a case that breaks
+    a precondition of 000 §8, which ones (``bad input: kv-length``) and its dtype; None for a case the
+    vocabulary cannot read otherwise."""
     try:
+        bad = preconditions.features(case)
+        if bad:
+            return JOIN.join([*bad, f"dtype={case.dtype}"])
         return JOIN.join(features(case, what, folded, alignment))
     except Exception:  # noqa: BLE001 - a malformed case has no features; the call is still checked
         return None
@@ -196,6 +201,7 @@ _PATTERNS = (
     re.compile(r"forward \((forward|forward_with_weights|forward_with_lse)\)"),
     re.compile(r"(bool|float) mask \[[0-9A-Z,]+\]"),
     re.compile(r"GQA [0-9]+:1( \(MQA\))?"),
+    re.compile(re.escape(preconditions.FEATURE) + "(" + "|".join(map(re.escape, PRECONDITIONS)) + ")"),
 )
 EXAMPLES = ("causal + mask", "dtype=float16", "backward (vjp)", "bool mask [B,1,1,S]", "decode T = 1")
 

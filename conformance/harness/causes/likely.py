@@ -26,6 +26,8 @@ pairs and triples only over the features most frequent among the failures.
 from __future__ import annotations
 
 import itertools
+import math
+import re
 from collections import Counter
 from typing import Any
 
@@ -36,6 +38,17 @@ from conformance.harness.causes import gross
 from conformance.harness.causes.record import FAILING, record_fields
 
 __all__ = ["FAILING", "by_adapter", "likely_causes", "record_fields", "write_summary"]
+
+# Unions a cause is often stated in, derived from the features a call records: a kernel that cannot take
+# grouped heads at all fails at every ratio, one cause, not one per ratio.
+UNIONS = ((re.compile(r"GQA [0-9]+:1( \(MQA\))?"), "GQA (Hq > Hkv)"),)
+
+
+def features_of(k: str) -> frozenset[str]:
+    """The features of a recorded key, with the unions of :data:`UNIONS` its features belong to."""
+    feats = cf.split(k)
+    return feats | {name for pattern, name in UNIONS if any(pattern.fullmatch(f) for f in feats)}
+
 
 RARE = 0.1  # a feature set shared by more than this share of the reference passing cases explains nothing
 MAX_SIZE = 3
@@ -52,7 +65,7 @@ class _Population:
         keys = list(counter)
         self.matrix = np.zeros((len(keys), len(index)), dtype=bool)
         for row, k in enumerate(keys):
-            for f in cf.split(k):
+            for f in features_of(k):
                 if f in index:
                     self.matrix[row, index[f]] = True
         self.counts = np.array([counter[k] for k in keys], dtype=np.int64)
@@ -107,7 +120,7 @@ def likely_causes(rows: list[dict]) -> dict:
     if not failing:
         return {"failures": 0, "causes": [], "unexplained": []}
     with_case = [r for r in failing if (r.get("failure") or {}).get("features")]
-    names = sorted({f for r in with_case for f in cf.split(r["failure"]["features"])})
+    names = sorted({f for r in with_case for f in features_of(r["failure"]["features"])})
     index = {f: i for i, f in enumerate(names)}
     per_clause, sensitive, every = _references(rows)
     fallback = ("sensitive", sensitive) if sum(sensitive.values()) >= MIN_SENSITIVE else ("every", every)
@@ -120,7 +133,7 @@ def likely_causes(rows: list[dict]) -> dict:
 
     refs, sets = [], []
     for r in with_case:
-        sets.append(frozenset(index[f] for f in cf.split(r["failure"]["features"])))
+        sets.append(frozenset(index[f] for f in features_of(r["failure"]["features"])))
         own = per_clause.get(r["clause"])
         refs.append(population("clause " + r["clause"], own) if own else population(*fallback))
     overall = population("every", every)
@@ -149,7 +162,7 @@ def likely_causes(rows: list[dict]) -> dict:
         left -= took
     for phase in (leak, wrong, rest):
         if phase is rest and one_precision is not None:
-            causes.append(dict(one_precision[0], wrong_values=False))
+            causes.append(dict(one_precision[0], wrong_values=False, weight=weight([with_case[i] for i in took])))
         todo = {c: hit & phase for c, hit in explains.items() if hit & phase}
         uncovered = set(phase)
 
@@ -164,6 +177,7 @@ def likely_causes(rows: list[dict]) -> dict:
                 todo,
                 key=lambda c: (
                     -len(todo[c] & uncovered) - confirmed(c),
+                    not overall.rare(c),  # separates failing from passing everywhere, not in its clauses alone
                     len(c),
                     -confirmed(c),
                     -names_a_mechanism([names[i] for i in c]),
@@ -180,6 +194,7 @@ def likely_causes(rows: list[dict]) -> dict:
             shown = _without_markers([names[i] for i in best], rows_of, per_clause)
             found = _describe(shown, rows_of, overall, tuple(index[f] for f in shown))
             causes.append(dict(found, wrong_values=phase is wrong))
+    causes.sort(key=lambda c: -c.get("weight", 0.0))  # stable: equal weights keep the groups' order
     uncovered = left
     unexplained = [r for i, r in enumerate(with_case) if i in uncovered] + [r for r in failing if r not in with_case]
     return {
@@ -202,7 +217,7 @@ def _without_markers(features: list[str], rows: list[dict], per_clause: dict[str
     total = sum(passing.values())
     if len(features) < 2 or not total:
         return features
-    share = {f: sum(n for k, n in passing.items() if f in cf.split(k)) / total for f in features}
+    share = {f: sum(n for k, n in passing.items() if f in features_of(k)) / total for f in features}
     kept = [f for f in features if share[f] < MARKER_SHARE]
     return kept or features
 
@@ -226,7 +241,48 @@ def _describe(features: list[str], rows: list[dict], overall: _Population, fset:
         "declare_matched": matched,
         "declare_checked": checked,
         "conflicts": conflicting(rows, features),
+        "raised": raised(rows),
+        "weight": weight(rows),
     }
+
+
+RAISED_RATIO = 2.0**20  # a call that raised where it should have answered: as bad as 1e6 allowances
+UNMEASURED_RATIO = 2.0**10  # a check failed without a measured error (a property, a structure): 1e3 allowances
+NON_FINITE_BITS = 64.0  # a NaN or infinity where a number was expected: past any finite error
+
+
+def severity_bits(row: dict) -> float:
+    """How far one failing clause test is past its allowance, in bits (log2 of error / allowance):
+    a NaN or infinity counts :data:`NON_FINITE_BITS`, a call that raised ``log2(RAISED_RATIO)``, a check
+    that failed with no measured error ``log2(UNMEASURED_RATIO)``."""
+    failure = row.get("failure") or {}
+    ratio = gross.ratio(failure.get("measure"))
+    if not failure.get("measure"):
+        raised_here = failure.get("error") not in (None, "ClauseViolation")
+        ratio = RAISED_RATIO if raised_here else UNMEASURED_RATIO
+    return NON_FINITE_BITS if math.isinf(ratio) else math.log2(1.0 + ratio)
+
+
+def weight(rows: list[dict]) -> float:
+    """A cause's rank: its largest error (in bits of allowance) times its failing clause tests, so that
+    eight tests at 1e31 stand above one at 5e-4, and many tests above one of the same size."""
+    return max((severity_bits(r) for r in rows), default=0.0) * len(rows)
+
+
+def raised(rows: list[dict]) -> dict | None:
+    """What the kernel raised, where a cause's failures are errors: {"error", "message" (the first
+    line), "tests"} for the most common one, or None when no failure of the cause raised."""
+    seen = Counter()
+    for r in rows:
+        f = r.get("failure") or {}
+        if f.get("error") in (None, "ClauseViolation") or f.get("measure"):
+            continue
+        first = str(f.get("message") or "").strip().splitlines()[:1]
+        seen[(str(f["error"]), first[0][:200] if first else "")] += 1
+    if not seen:
+        return None
+    (error, message), n = seen.most_common(1)[0]
+    return {"error": error, "message": message, "tests": n, "of": len(rows)}
 
 
 # -- the run: every adapter ---------------------------------------------------------------------------

@@ -97,6 +97,21 @@ def conflicting(rows: list[dict], features: list[str]) -> dict[str, list[str]]:
     return conflicts.conflicts(rows, lambda m: about(m, features))
 
 
+# Conventions a declaration states for every dtype at once: matched by the failures of one dtype alone,
+# they are that dtype's behaviour (jax 0.10.0's float64 rows blocked entirely give NaN, its float32 rows
+# the declared mean of V), which no --declare says.
+_EVERY_DTYPE = ("all_blocked", "all_blocked_float_mask", "causal_alignment", "mask_sense")
+
+
+def dtype_scope(features: list[str], convention: str | None) -> str | None:
+    """The one dtype a cause is stated in (``dtype=float64``) when its convention is one a declaration
+    states for every dtype: the convention then holds for that dtype alone; None otherwise."""
+    if not convention or convention.split("=")[0] not in _EVERY_DTYPE:
+        return None
+    dtypes = [f.partition("=")[2] for f in features if f.startswith("dtype=")]
+    return dtypes[0] if len(dtypes) == 1 else None
+
+
 def suggestion(rows: list[dict], features: list[str]) -> tuple[str | None, int, int]:
     """(convention, failing outputs that match it, outputs it could be checked on): the convention
     about ``features`` that most of the checked failing outputs match, or (None, 0, checked)."""
@@ -168,9 +183,48 @@ def _num(x) -> bool:
     return isinstance(x, float | int) and x == x and abs(x) != float("inf")
 
 
+# Hints that say a precision: they fit rounding-size errors, never wrong values (NaN in a row is no precision).
+_PRECISION_HINTS = frozenset(
+    {"dtype=float64", "dtype=float16", "dtype=bfloat16", "dtype float16 or bfloat16", "|QK^T| > 65504 (float16 max)"}
+)
+_NAN_HINTS = {
+    "row blocked entirely: bool": "rows blocked entirely give NaN (the softmax of a row of -inf: 0/0), "
+    "not 000 §8's zeros",
+    "row blocked entirely: float -inf": "rows of -inf in a float mask give NaN (0/0), not 000 §8's zeros",
+    "row blocked entirely: causal": "rows causal blocks entirely give NaN (0/0), not 000 §8's zeros",
+}
+
+
+def measured(cause: dict) -> str:
+    """What the failing outputs show, measured, for a cause no hypothesis fits: the error the kernel
+    raised, the NaN it returned, or how far its values are off."""
+    parts = []
+    if cause.get("raised"):
+        r = cause["raised"]
+        parts.append(f"the kernel raised {r['error']}: {r['message']} ({r['tests']} of {r['of']} failing clause tests)")
+    errors = cause.get("errors") or {}
+    nan = sum(e.get("nan_cases", 0) for e in errors.values())
+    cases = sum(e.get("cases", 0) for e in errors.values())
+    if nan:
+        parts.append(f"NaN where the oracle gives numbers in {nan} of {cases} measured failing outputs")
+    rels = [e["max_rel_err"] for e in errors.values() if isinstance(e.get("max_rel_err"), float)]
+    if rels and not nan:
+        parts.append(f"values off by up to {max(rels):.3g} relative (past any rounding)" if cause.get("wrong_values")
+                     else f"errors of up to {max(rels):.3g} relative, past the allowance")  # fmt: skip
+    if not parts and cause.get("calls"):
+        parts.append("failed checks without a measured error (" + ", ".join(sorted(cause["calls"])) + " calls)")
+    return "measured: " + "; ".join(parts) if parts else ""
+
+
 def hint(cause: dict) -> str:
     """What the cause most likely is, in a few words: from the matched convention, else its features
-    (the float16 overflow only where every failing case is float16 or bfloat16)."""
+    (the float16 overflow only where every failing case is float16 or bfloat16; no precision for
+    wrong values), else what the failing outputs show (:func:`measured`)."""
+    found = _hint(cause)
+    return found or measured(cause)
+
+
+def _hint(cause: dict) -> str:
     if cause.get("blocked_weight"):
         return (
             f"blocked keys get weight up to {cause['blocked_weight']:.3g} (000 §7.3 / §8 require exactly 0: "
@@ -179,7 +233,9 @@ def hint(cause: dict) -> str:
     if cause.get("precision"):
         return f"every dtype computed at {cause['precision']} precision (its products' operands or results rounded)?"
     if cause.get("declare") in _HINTS:
-        return _HINTS[cause["declare"]]
+        scope = dtype_scope(cause["features"], cause["declare"])
+        text = _HINTS[cause["declare"]]
+        return f"{text.rstrip('?')} in {scope} only (the other dtypes follow the declaration)" if scope else text
     field = str(cause.get("declare") or "").split("=")[0]
     if field in _FIELD_HINTS:
         return _FIELD_HINTS[field]
@@ -193,7 +249,18 @@ def hint(cause: dict) -> str:
     feats = [f for f in cause["features"] if low or f != "|QK^T| > 65504 (float16 max)"]
     if not low and len(feats) < len(cause["features"]):
         feats.append("large |scores| (>= 64)")
-    return next((_FEATURE_HINTS[f] for f in feats if f in _FEATURE_HINTS), "")
+    nan = any(e.get("nan_cases") for e in (cause.get("errors") or {}).values())
+    if nan:
+        found = next((_NAN_HINTS[f] for f in cause["features"] if f in _NAN_HINTS), None)
+        if found:
+            dtypes = [f.partition("=")[2] for f in cause["features"] if f.startswith("dtype=")]
+            return found + (f", in {dtypes[0]} only" if len(dtypes) == 1 else "")
+    if cause.get("wrong_values") or nan or cause.get("raised"):
+        feats = [f for f in feats if f not in _PRECISION_HINTS]
+    found = next((_FEATURE_HINTS[f] for f in feats if f in _FEATURE_HINTS), "")
+    if found and cause.get("raised"):
+        found += "; " + measured(cause)
+    return found
 
 
 def _times(ratio: float | str) -> str:
@@ -249,7 +316,8 @@ def cause_lines(n: int, cause: dict) -> list[str]:
             lines.append(f"   worst: {worst['worst']}")
     text = hint(cause)
     if cause.get("declare"):
-        what = f"--declare {cause['declare']}" if "=" in cause["declare"] else "measured"
+        scoped = dtype_scope(cause["features"], cause["declare"])
+        what = f"--declare {cause['declare']}" if "=" in cause["declare"] and not scoped else "measured"
         text += (
             f" {what} (the failing output matches it in {cause['declare_matched']} of the "
             f"{cause['declare_checked']} failing outputs checked)"
