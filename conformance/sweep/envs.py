@@ -45,6 +45,15 @@ NEEDS = {
 SUITE = ("numpy", "ml_dtypes", "pytest", "hypothesis", "pytest-xdist")
 
 
+def swept(impl: str) -> tuple[str, ...]:
+    """The libraries whose releases change ``impl``'s kernel (keras-torch: keras and torch, not the jax
+    its numpy backend imports)."""
+    kernel = {"keras-jax": ("keras", "jax"), "keras-numpy": ("keras",), "keras-torch": ("keras", "torch")}
+    if impl in kernel:
+        return kernel[impl]
+    return tuple(d for d in needs(impl) if d not in COMPANIONS.get(needs(impl)[0], ()) and d != "onnx") or needs(impl)
+
+
 class SweepError(ValueError):
     """A release or an adapter that cannot be swept; the message says which and why."""
 
@@ -121,12 +130,30 @@ def python_of(env: Path) -> Path:
     return env / "bin" / "python"
 
 
+def _site(py: str) -> Path:
+    code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    return Path(subprocess.run([py, "-c", code], capture_output=True, text=True, check=True).stdout.strip())
+
+
+def has_plugin(python: Path) -> bool:
+    """Whether pytest in that environment loads the suite's plugin by itself (a checkout installed
+    editable carries its entry point in its egg-info; a bare copy of the sources does not)."""
+    code = (
+        "from importlib.metadata import entry_points as e; "
+        "print(any(p.name == 'sdpa_conformance' for p in e(group='pytest11')))"
+    )
+    proc = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=False)
+    return proc.stdout.strip() == "True"
+
+
 def ensure(release: Release, *, cache: Path = CACHE, log=None) -> Path:
     """The release's environment, made (and logged to ``log``, a text file) when not cached; raises
-    SweepError naming the pip command that failed."""
+    SweepError naming the pip command that failed. Its ``.pth`` names this checkout each time (the
+    suite that runs is the one asking)."""
     env = env_dir(release, cache)
     done = env / "sweep-ready.json"
     if done.is_file():
+        (_site(str(python_of(env))) / "sdpa_conformance_checkout.pth").write_text(str(CHECKOUT) + "\n")
         return env
     torch, others, constraints = requirements(release)
     env.parent.mkdir(parents=True, exist_ok=True)
@@ -142,9 +169,6 @@ def ensure(release: Release, *, cache: Path = CACHE, log=None) -> Path:
             log.write("$ " + " ".join(cmd) + "\n" + proc.stdout + proc.stderr)
         if proc.returncode != 0:
             raise SweepError(f"{release.label}: `{' '.join(cmd[2:])}` failed: {proc.stderr.strip()[-1500:]}")
-    site = subprocess.run(
-        [py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True
-    ).stdout.strip()
-    Path(site, "sdpa_conformance_checkout.pth").write_text(str(CHECKOUT) + "\n")
+    (_site(py) / "sdpa_conformance_checkout.pth").write_text(str(CHECKOUT) + "\n")
     done.write_text(json.dumps({"release": release.label, "torch": torch, "requirements": others}) + "\n")
     return env
