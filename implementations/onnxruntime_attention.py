@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from conformance import releases
 from conformance.contract import Case, Declaration, NotApplicable, capabilities, dtype_name
 from implementations._masks import bias_dtype, bias_with
 
@@ -144,6 +145,14 @@ def _onnx_type(dtype: np.dtype) -> int:
 # only; these are the ones it raises for invalid models and inputs.
 _ORT_ERRORS = frozenset({"Fail", "InvalidArgument", "InvalidGraph", "NotImplemented", "RuntimeException"})
 
+# Where an older release declares otherwise (conformance.releases.for_release, read from the installed
+# release; docs/expectations.md). Measured by calling the operator directly (a one-node Attention model
+# whose row 0 lets no key take part, 2026-12-05): onnxruntime 1.27.0 gives that row the mean of V in
+# float32 and float16 under a boolean attn_mask, and NaN under a float attn_mask of -inf (float32); 1.28.0
+# and later give zeros (the operator's errata: a fully-masked row gives zeros). Float64's NaN there (1.27,
+# 1.28) is a bug, not a convention: an expectations entry.
+DECLARED_BY_RELEASE = {"<1.28": {"all_blocked": "mean-v", "all_blocked_float_mask": "nan"}}
+
 onnxruntime_cpu = OnnxRuntimeAttention(
     "onnxruntime",
     Declaration(
@@ -165,5 +174,5 @@ onnxruntime_cpu = OnnxRuntimeAttention(
             "no bfloat16 kernel; masks of rank 1 or broadcast along the query axis refused; no gradient, no dropout. "
             "Formulation (bitwise, V = I): float16 scale * Q K^T in a float32 GEMM, rounded to float16."
         ),
-    ),
+    ).replace(**releases.for_release(DECLARED_BY_RELEASE, _version("onnxruntime"))),
 )
