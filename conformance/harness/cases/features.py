@@ -165,7 +165,16 @@ def features(case: Case, what: str = "forward", folded: bool = False, alignment:
             feats.append("zero scale")
     if case.dropout_p > 0:
         feats.append("dropout")
-    return feats
+    return feats + _variant_features(case)
+
+
+def _variant_features(case: Case) -> list[str]:
+    """The variants of FlashAttention's signature a case uses: a kernel that ignores one (a window it
+    drops when no mask is given) is wrong on those cases alone, and the cause should say which."""
+    named = (("sliding window", case.window is not None), ("softcap", bool(case.softcap)),
+             ("ALiBi", case.alibi_slopes is not None), ("attention sinks", case.sinks is not None),
+             ("varlen lengths", case.is_varlen))  # fmt: skip
+    return [name for name, used in named if used]
 
 
 def key(case: Case, what: str = "forward", folded: bool = False, alignment: str = "top-left") -> str | None:
@@ -193,7 +202,7 @@ FIXED = frozenset(
         "S = 1", "head dim <= 8", "head dim > 128", "head dim not a multiple of 8", "Dk != Dv",
         "|QK^T| > 65504 (float16 max)", f"large |scores| (>= {LARGE_SCORE:g})", "negative scale",
         "custom scale", "zero scale", "dropout", call_feature("vjp"), "mask broadcast along T",
-        "mask broadcast along S",
+        "mask broadcast along S", "sliding window", "softcap", "ALiBi", "attention sinks", "varlen lengths",
     }
 )  # fmt: skip
 _PATTERNS = (

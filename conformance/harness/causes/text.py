@@ -49,6 +49,11 @@ _FEATURE_HINTS = {
     "negative scale": "a negative scale: the mask applied before the scale (-inf x -s = +inf), or sqrt(scale) "
     "on Q and K?",
     "causal, T != S": "causal alignment when T != S?",
+    "sliding window": "the sliding window not applied, or at another offset (keys outside it keep their weight)?",
+    "softcap": "the softcap not applied, or applied after the mask or the scale?",
+    "ALiBi": "the ALiBi bias not applied, or with the slopes or the distance's sign wrong?",
+    "attention sinks": "the attention sinks left out of the softmax's denominator?",
+    "varlen lengths": "per-sequence lengths misread (a sequence's padding attended, or its rows misaligned)?",
     "backward (vjp)": "the backward pass?",
     "dtype=float64": "float64 computed in a lower precision (000 §8 keeps float64)?",
     "dtype=float16": "float16 computed in float16: QK^T or the softmax not upcast to float32 (000 §8)?",
