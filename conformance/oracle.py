@@ -88,7 +88,7 @@ def forward(case: Case, *, all_blocked: str = "zeros", causal_alignment: str = "
     scores = np.einsum("bhtd,bhsd->bhts", q, k) * case.effective_scale + bias
     scores = np.where(blocked, -np.inf, scores)
     empty = blocked.all(axis=-1)
-    row_max = np.where(empty, 0.0, scores.max(axis=-1))
+    row_max = np.where(empty, 0.0, scores.max(axis=-1, initial=-np.inf))  # S = 0: every row is empty
     e = np.exp(scores - row_max[..., None])
     denom = e.sum(axis=-1, keepdims=True)
     weights = np.divide(e, denom, out=np.zeros_like(e), where=denom > 0)

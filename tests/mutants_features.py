@@ -427,3 +427,23 @@ class DropoutDropsEverything(DropoutKernel):
 
     def keep(self, case):
         return np.zeros(case.weights_shape, dtype=bool)
+
+
+@mutant("dropout_tiny_rate_ignored")
+class DropoutTinyRateIgnored(DropoutKernel):
+    """A rate below 1 % is taken for none (a fast path for "practically no dropout"): nothing is dropped
+    or rescaled at p = 0.001, right at every rate the statistics clauses used before."""
+
+    def factor(self, case: Case) -> np.ndarray:
+        if 0 < case.dropout_p < 0.01:
+            return np.ones(case.weights_shape)
+        return super().factor(case)
+
+
+@mutant("dropout_high_rate_clamped")
+class DropoutHighRateClamped(DropoutKernel):
+    """The keep threshold is clamped at 0.95 (a guard against keeping nothing): at p = 0.995 five percent
+    of the weights survive, rescaled by 1/(1 - p) as if one in two hundred did."""
+
+    def keep(self, case: Case) -> np.ndarray:
+        return self.rng(case).random(case.weights_shape) >= min(case.dropout_p, 0.95)

@@ -5,11 +5,16 @@ Plain functions with torch's SDPA signature behind the real FunctionAdapter, as 
 Each is right on every valid call; on its one kind of invalid call it returns a plausible array (a
 batch broadcast, a mask sliced or reshaped, the value truncated to the key's length, a dropout rate
 clamped), which is the bug a caller never sees. Claimed by the PRECOND-* clause of its precondition.
+And NumPy kernels that meet an empty size (T = 0) with a crash, a wrong shape or a backward that crashes
+(EMPTY-SIZES-*).
 """
 
 from __future__ import annotations
 
-from tests.mutants import mutant
+import numpy as np
+
+from conformance.contract import Case, np_dtype
+from tests.mutants import BaseKernel, mutant
 from tests.trust_kernels import _attention
 
 
@@ -76,3 +81,42 @@ def _register(name: str) -> None:
 for _name in ("rank", "integer", "mixed-dtype", "batch", "heads", "gqa-flag", "feature", "kv-length",
               "mask-shape", "mask-larger", "dropout-range"):  # fmt: skip
     _register(_name)
+
+
+# -- empty sizes (EMPTY-SIZES-*): the NumPy base kernel without its "every dim positive" check ----------
+class _Empty(BaseKernel):
+    """The base kernel, which answers empty sizes as torch does once its positivity check is dropped."""
+
+    def validate(self, case: Case) -> None:
+        if min(*np.shape(case.query), *np.shape(case.key), *np.shape(case.value)) > 0:
+            super().validate(case)
+
+
+@mutant("empty_sizes_crash")
+class EmptySizesCrash(_Empty):
+    """A reduction over zero query rows: IndexError on T = 0 (a class no kernel declares)."""
+
+    def forward(self, case: Case):
+        if case.T == 0:
+            raise IndexError("index 0 is out of bounds for axis 2 with size 0")
+        return super().forward(case)
+
+
+@mutant("empty_sizes_wrong_shape")
+class EmptySizesWrongShape(_Empty):
+    """Sizes its output from max(T, 1): one row of zeros where there should be none."""
+
+    def forward(self, case: Case):
+        if case.T == 0:
+            return np.zeros((case.B, case.Hq, 1, case.Dv), dtype=np_dtype(case.dtype))
+        return super().forward(case)
+
+
+@mutant("empty_sizes_grad_crash")
+class EmptySizesGradCrash(_Empty):
+    """Answers T = 0 forward, and its backward divides by the row count: ZeroDivisionError."""
+
+    def vjp(self, case: Case, grad_out):
+        if case.T == 0:
+            raise ZeroDivisionError("division by zero")
+        return super().vjp(case, grad_out)

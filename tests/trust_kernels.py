@@ -79,7 +79,7 @@ def _attention(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa, *, c
     elif attn_mask is not None:
         s = s + attn_mask.to(work)
     s = s.masked_fill(blocked, -math.inf)
-    m = s.amax(dim=-1, keepdim=True)
+    m = s.amax(dim=-1, keepdim=True) if S else s.new_zeros((*s.shape[:-1], 1))  # S = 0: rows without keys
     m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
     shifted = s - m
     if clip is not None:

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from conformance.clauses.test_dropout import ALPHA, INVERTED, ORDER, binomial_tails, dropout_case
+from conformance.clauses.test_dropout import ALPHA, INVERTED, ORDER, binomial_tails, check_kept_weights, dropout_case
 from conformance.harness.calls.probes import observe_weights
 from conformance.harness.cases.build import cast
 from conformance.harness.judge import compare
@@ -55,6 +55,49 @@ def test_dropout_rate(impl, dtype):
             f"{math.sqrt(n * p * (1 - p)):.0f})",
             case,
         )
+
+
+# Rates across (0, 1), tiny and near 1: a kernel that rounds p to a coarse grid, treats a tiny rate as none,
+# clamps a high one or rescales by a constant from a table is right at 0.3 and 0.75 only. Each case holds
+# enough weights that the rate's own count of drops (tiny p) or survivors (p near 1) is expected >= 60.
+SWEPT_RATES = (0.001, 0.05, 0.9, 0.995)
+
+
+def _swept_case(dtype: str, i: int, p: float):
+    n = math.ceil(60 / min(p, 1 - p))  # weights needed: 60 expected drops (or survivors) at this rate
+    S = 256
+    T = max(8, math.ceil(n / (2 * S)))
+    return dropout_case(dtype, 1900 + 97 * i, p, B=1, Hq=2, T=T, S=S)
+
+
+@clause(
+    "DROPOUT-RATE-SWEEP-12",
+    "at tiny and near-1 rates (p = 0.001, 0.05, 0.9, 0.995) the fraction of dropped weights matches p and every kept "
+    "weight is its undropped value / (1 - p)",
+    ORDER,
+    requires=["dropout"],
+    kills=["dropout_tiny_rate_ignored", "dropout_high_rate_clamped"],
+    fpr="1e-6 in total: each rate's exact two-sided binomial tail of the dropped count is compared at 2.5e-7 "
+    "(Bonferroni over the four rates); each case holds enough weights for 60 expected drops or survivors, so a rate "
+    "ignored, clamped or rounded to a coarse grid is far in the tail",
+)
+def test_dropout_rate_sweep(impl, dtype):
+    for i, p in enumerate(SWEPT_RATES):
+        case = _swept_case(dtype, i, p)
+        impl.require(case)
+        w = observe_weights(impl, case)
+        n = w.size
+        dropped = int(np.count_nonzero(w == 0))
+        tail = binomial_two_sided_p(dropped, n, p)
+        level = ALPHA / len(SWEPT_RATES)
+        check(
+            tail > level,
+            f"{dropped} of {n} weights dropped ({dropped / n:.5f}), but dropout_p = {p}: the exact two-sided "
+            f"binomial tail is {tail:.3g} <= {level:g} (expected about {n * p:.0f} +- "
+            f"{math.sqrt(n * p * (1 - p)):.0f})",
+            case,
+        )
+        check_kept_weights(impl, case, w, f" at p = {p}")
 
 
 @clause(
