@@ -31,6 +31,8 @@ class Knobs:
     causal_with_mask: str = "apply"  # or "reject" (raise ValueError), "ignore" (drop is_causal), "assert" (crash)
     decode_drops_causal: bool = False  # is_causal ignored when T == 1 (as HF's sdpa_attention_forward does)
     own_error: bool = False  # invalid shapes rejected with the library's own class (as ORT's InvalidArgument)
+    # every dtype's products take bfloat16 operands, accumulated in float32 (an inference precision hint)
+    all_bfloat16: bool = False
 
 
 class InvalidArgument(Exception):
@@ -82,8 +84,18 @@ def attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_
         k = k.repeat_interleave(query.shape[1] // key.shape[1], dim=1)
         v = v.repeat_interleave(query.shape[1] // key.shape[1], dim=1)
     c = 1.0 / math.sqrt(D) if scale is None else scale
+    if knobs.all_bfloat16:
+        work = torch.float32
+
+        def low(x):
+            return x.to(torch.bfloat16).to(work)
+    else:
+
+        def low(x):
+            return x.to(work)
+
     if knobs.upcast or dtype not in (torch.float16, torch.bfloat16):
-        s = (query.to(work) @ k.to(work).transpose(-2, -1)) * c
+        s = (low(query) @ low(k).transpose(-2, -1)) * c
     else:
         s = (query @ k.transpose(-2, -1)).to(work) * c  # the product in the input dtype (000 §8's mistake)
     blocked = torch.zeros(s.shape, dtype=torch.bool)
@@ -102,7 +114,7 @@ def attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_
     p = _fill(p, dead_bool, knobs.bool_fill, S, dtype)
     if dropout_p > 0:
         p = F.dropout(p, dropout_p, training=True)
-    return (p @ v.to(work)).to(dtype)
+    return (low(p) @ low(v)).to(dtype)
 
 
 def make(name: str, **knobs) -> Callable:
@@ -132,6 +144,7 @@ decode_drops_causal = make("decode_drops_causal", decode_drops_causal=True)
 fill_by_length = make("fill_by_length", bool_fill="mean-v-S8")
 fill_by_dtype = make("fill_by_dtype", bool_fill="mean-v-float64")
 own_error = make("own_error", own_error=True)
+all_bfloat16 = make("all_bfloat16", all_bfloat16=True)
 
 # name -> (the --declare discovery must print, the start of the finding it must report, or None); each
 # kernel here is also batch invariant (torch on CPU computes each batch item's products alone), which
@@ -152,6 +165,9 @@ _EXPECTED: dict[str, tuple[dict[str, str], str | None]] = {
     "fill_by_length": ({}, "boolean all-blocked rows are filled differently by S or by dtype"),
     "fill_by_dtype": ({}, "boolean all-blocked rows are filled differently by S or by dtype"),
     "own_error": ({"rejects_with": "InvalidArgument,RuntimeError,TypeError,ValueError"}, None),
+    # an inference precision hint: float32 declared as such, float16 and float64 found at bfloat16 too, and
+    # nothing else (the convention probes read at bfloat16's thresholds where no dtype runs at its own)
+    "all_bfloat16": ({"float32_computed_as": "bfloat16"}, "every dtype computed at bfloat16"),
 }
 EXPECTED = {name: ({**changes, "batch_invariant": "true"}, finding) for name, (changes, finding) in _EXPECTED.items()}
 

@@ -49,7 +49,7 @@ def _bool_mask(p: Probing, measure_support: bool) -> None:
     )
     tried = {s: p.forward(case, p.decl.replace(mask_sense=s)) for s in senses}
     errs = {s: w.err(o.value, ref) for s, o in tried.items() if o.ok}
-    good = [s for s, e in errs.items() if w.matches(e, p.dtype)]
+    good = [s for s, e in errs.items() if p.matches(e)]
     desc = "; ".join(
         f"as mask_sense={s}: " + (f"err {w.fmt(errs[s])}" if s in errs else tried[s].error) for s in senses
     )
@@ -81,7 +81,7 @@ def _bool_mask(p: Probing, measure_support: bool) -> None:
             support(False, f"{what}: {desc}")
         sense("not measured: the boolean mask did not run")
         return
-    if any(w.matches(w.err(o.value, w.reference(case.replace(mask=None))), p.dtype) for o in tried.values() if o.ok):
+    if any(p.matches(w.err(o.value, w.reference(case.replace(mask=None)))) for o in tried.values() if o.ok):
         support(False, f"{what} ran and was ignored: matched the oracle without the mask ({desc})")
         sense("not measured: the boolean mask is ignored")
         return
@@ -113,7 +113,7 @@ def causal(p: Probing) -> None:
         rows = np.broadcast_to(~(tl.all(-1) | br.all(-1)), (case.B, case.Hq, T))  # rows with keys in both
         e_tl = w.err(o.value, w.reference(case, alignment="top-left"), rows)
         e_br = w.err(o.value, w.reference(case, alignment="bottom-right"), rows)
-        found = "top-left" if w.matches(e_tl, p.dtype) else "bottom-right" if w.matches(e_br, p.dtype) else None
+        found = "top-left" if p.matches(e_tl) else "bottom-right" if p.matches(e_br) else None
         answers[label] = found
         parts.append(f"{label}: {found or 'neither'} (top-left err {w.fmt(e_tl)}, bottom-right err {w.fmt(e_br)})")
     evidence = "; ".join(parts)
@@ -149,14 +149,14 @@ def causal_with_mask(p: Probing) -> None:
     if both.ok:
         e, em, ec = (w.err(both.value, r) for r in (union, only_mask, only_causal))
         desc = f"union err {w.fmt(e)}, mask only {w.fmt(em)}, causal only {w.fmt(ec)}"
-        if w.matches(e, p.dtype):
+        if p.matches(e):
             declared = p.decl.causal_with_mask
             p.record("causal_with_mask", None if declared is False else declared, f"{what}: applied both ({desc})")
             return
         p.keep("causal_with_mask", f"kept: {what} passed together: {desc}")
-        if w.matches(em, p.dtype):
+        if p.matches(em):
             p.finding(f"ignores is_causal when a mask is given ({what}: {desc}); no field declares that")
-        elif w.matches(ec, p.dtype):
+        elif p.matches(ec):
             p.finding(f"ignores the mask when is_causal is given ({what}: {desc}); no field declares that")
         else:
             p.finding(f"{what} gives neither the union, the mask alone nor causal alone ({desc})")
@@ -166,7 +166,7 @@ def causal_with_mask(p: Probing) -> None:
         return
     folded = p.forward(case, p.decl.replace(causal_with_mask=False))
     e = w.err(folded.value, union) if folded.ok else np.inf
-    if w.matches(e, p.dtype):
+    if p.matches(e):
         p.record(
             "causal_with_mask",
             False,

@@ -170,10 +170,14 @@ def float32_computed_as(p: Probing) -> None:
         p.record("float32_computed_as", found["float32_computed_as"], evidence)
         if found["float32_computed_as"] != "float32":
             # explained: the plain float32 witness's error is the format's; the convention probes,
-            # whose thresholds are float32's, move to float64 where it runs
+            # whose thresholds are float32's, move to float64 where it runs at its own precision, and
+            # read their thresholds at the format's where no dtype does
             p.findings[:] = [f for f in p.findings if not f.startswith("float32: the plain witness")]
-            if p.dtype == "float32" and "float64" in p.decl.dtypes:
+            every_dtype_at(p)
+            if p.dtype == "float32" and "float64" in p.decl.dtypes and "float64" not in p.swallowed:
                 p.dtype = "float64"
+            elif p.dtype == "float32":
+                p.match_as = _MATCH_AS.get(found["float32_computed_as"], "bfloat16")
     else:
         p.keep("float32_computed_as", f"kept: {evidence}")
         p.finding(f"float32 outputs match no float32 formulation: {evidence}")
@@ -228,6 +232,9 @@ def lowp_computed_as(p: Probing) -> None:
     for dtype in low:
         field = f"{dtype}_computed_as"
         if p.pinned_here(field):
+            continue
+        if dtype in p.swallowed:
+            p.keep(field, f"kept: computed at {p.swallowed[dtype]} with every dtype (see the findings)")
             continue
         witnesses, notes = _collect(p, _lowp_witnesses(dtype))
         if not witnesses:
@@ -345,6 +352,63 @@ def normwise_merges(p: Probing) -> None:
         p.record("normwise_merges", found["normwise_merges"], evidence)
     else:
         p.keep("normwise_merges", f"kept: {evidence}")
+
+
+# -- one precision for every dtype ------------------------------------------------------------------------
+# Finer dtypes a float32 format can also swallow: a runtime told to compute at bfloat16 (an inference
+# precision hint) rounds float16's and float64's operands too, where no field of theirs says it.
+_SWALLOWS = {"bfloat16": ("float16", "float64"), "float16": ("float64",), "tf32": ("float64",)}
+_MATCH_AS = {"bfloat16": "bfloat16", "float16": "float16", "tf32": "float16"}  # witness.MATCH's nearest
+
+
+def _at_precision(p: Probing, dtype: str, fmt: str) -> tuple[bool, str]:
+    """Whether ``dtype``'s outputs on the float32 witnesses (cast to it) are float32's computed as ``fmt``
+    and not ``dtype``'s own formulation; and the evidence."""
+    under = p.decl.replace(float32_computed_as=fmt)
+    spec = p.decl.replace(float16_computed_as="float32", float64_computed_as="float64")  # the dtype's own, 000 §8
+    worst_own, worst_fmt, ran = 0.0, 0.0, 0
+    for case, _ in _f32_witnesses():
+        if dtype == "float16" and float(np.max(np.abs(case.query))) > 65504.0:
+            continue  # the 2^17 query is inf in float16: no witness of a format there
+        own = case.replace(query=_cast(case.query, dtype), key=_cast(case.key, dtype), value=_cast(case.value, dtype))
+        o = p.forward(own)
+        if not o.ok:
+            return False, f"{dtype}: {o.error}"
+        as32 = own.replace(query=_cast(own.query, "float32"), key=_cast(own.key, "float32"),
+                           value=_cast(own.value, "float32"))  # fmt: skip
+        want = judged.expected(as32, under).out
+        allowed = judged.output_allowance(as32, under) + np.abs(want) * 2.0 ** -(11 if dtype == "float16" else 53)
+        worst_fmt = max(worst_fmt, _ratio(o.value, want, allowed))
+        worst_own = max(worst_own, worst(Witness(own, "forward", o.value), spec))
+        ran += 1
+    evidence = f"{dtype}: worst {worst_fmt:.2g} of the allowance at {fmt}, {worst_own:.2g} of its own"
+    return bool(ran) and worst_fmt <= 1.0 < worst_own, evidence
+
+
+def every_dtype_at(p: Probing) -> None:
+    """Once float32 is found computed at a lower format: whether the finer dtypes are too (one precision
+    for every dtype), a finding that names them; their own probes then skip them (``p.swallowed``)."""
+    fmt = p.decl.float32_computed_as
+    if fmt == "float32":
+        return
+    hits, evidence = [], []
+    for dtype in _SWALLOWS.get(fmt, ()):
+        if dtype not in p.decl.dtypes:
+            continue
+        at, why = _at_precision(p, dtype, fmt)
+        evidence.append(why)
+        if at:
+            hits.append(dtype)
+    if not hits:
+        return
+    p.swallowed.update(dict.fromkeys(hits, fmt))
+    p.findings[:] = [f for f in p.findings if not any(f.startswith(f"{d}: the plain witness") for d in hits)]
+    nearest = " (float64_computed_as=float32 is the nearest declaration, and too tight)" if "float64" in hits else ""
+    p.finding(
+        f"every dtype computed at {fmt} (an inference precision hint?): float32 as declared "
+        f"(float32_computed_as={fmt}) and {', '.join(hits)} at {fmt} too, which no field of theirs says"
+        f"{nearest}; " + "; ".join(evidence)
+    )
 
 
 # Run after the conventions and the fills of rows blocked entirely (float32_computed_as runs first of

@@ -29,6 +29,9 @@ def float64_computed_as(p: Probing) -> None:
     if "float64" not in p.decl.dtypes:
         p.keep("float64_computed_as", "not measured: no float64")
         return
+    if "float64" in p.swallowed:
+        p.keep("float64_computed_as", f"kept: computed at {p.swallowed['float64']} with every dtype (see the findings)")
+        return
     case = base(p, 17, "float64", B=2, Hq=2, T=16, S=32, Dk=32)
     o = p.forward(case)
     if not o.ok:
@@ -82,5 +85,5 @@ def upcast(p: Probing) -> None:
     value = f"no ({', '.join(failed)})" if failed else "yes"
     p.note(UPCAST, value, f"{witness}; {'; '.join(parts.values())} (no declaration field)")
     for dt in failed:  # a declarable formulation that explains it was recorded instead (harness.discovery.formulations)
-        if p.decl.computed_as(dt) == "float32":
+        if p.decl.computed_as(dt) == "float32" and dt not in p.swallowed:  # nor one precision for every dtype
             p.finding(f"{dt} inputs are not upcast before QK^T ({witness}: {parts[dt]}); {UPCAST_RULE}")

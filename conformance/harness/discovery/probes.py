@@ -70,9 +70,9 @@ def capability(p: Probing, name: str, case: Case, without: Case, what: str) -> N
         p.failed(name, o, what)
         return
     e, e_without = w.err(o.value, w.reference(case)), w.err(o.value, w.reference(without))
-    if w.matches(e, p.dtype):
+    if p.matches(e):
         p.record(name, True, f"{what} matched the oracle (err {w.fmt(e)}; without it err {w.fmt(e_without)})")
-    elif w.matches(e_without, p.dtype):
+    elif p.matches(e_without):
         p.record(name, False, f"{what} ran and was ignored: matched the oracle without it (err {w.fmt(e_without)})")
     else:
         p.record(name, True, f"{what} ran, matched neither (err {w.fmt(e)}; without it {w.fmt(e_without)})")
@@ -93,7 +93,7 @@ def grad(p: Probing) -> None:
     errs = [w.err(got, want) for got, want in zip(o.value, oracle.vjp(case, g))]
     text = ", ".join(f"d{n} err {w.fmt(e)}" for n, e in zip("qkv", errs))
     p.record("grad", True, f"vjp ran: {text}")
-    if not all(w.matches(e, p.dtype) for e in errs):
+    if not all(p.matches(e) for e in errs):
         p.finding(f"gradients differ from the oracle's VJP ({text})")
 
 
@@ -112,12 +112,12 @@ def dropout(p: Probing) -> None:
         p.failed("dropout", o, what)
         return
     a, weights = np.asarray(o.value, dtype=np.float64), w.reference(plain)
-    if w.matches(w.err(a, weights), p.dtype):
+    if p.matches(w.err(a, weights)):
         p.record("dropout", False, f"{what} ran and was ignored: the output is the undropped weights")
         return
     kept = a != 0
     e = w.err(np.where(kept, a, 0), np.where(kept, weights / (1 - rate), 0))
-    if 0.15 < kept.mean() < 0.85 and w.matches(e, p.dtype):
+    if 0.15 < kept.mean() < 0.85 and p.matches(e):
         again = p.forward(case)
         same = again.ok and np.array_equal(again.value, o.value)
         p.record(
@@ -147,12 +147,8 @@ def gqa(p: Probing) -> None:
     e = w.err(o.value, w.reference(case))
     modulo = w.err(o.value, w.reference(case.replace(key=case.key[:, [0, 1, 0, 1]], value=case.value[:, [0, 1, 0, 1]])))
     p.record("gqa", True, f"{what}: head h -> kv head h // 2 err {w.fmt(e)}, h % 2 err {w.fmt(modulo)}")
-    if not w.matches(e, p.dtype):
-        how = (
-            "query head h to kv head h % Hkv"
-            if w.matches(modulo, p.dtype)
-            else "query heads to kv heads in no known way"
-        )
+    if not p.matches(e):
+        how = "query head h to kv head h % Hkv" if p.matches(modulo) else "query heads to kv heads in no known way"
         p.finding(f"GQA maps {how}; the contract's (torch's, jax's) mapping is h // (Hq / Hkv)")
 
 
@@ -180,7 +176,7 @@ def max_head_dim(p: Probing) -> None:
             break
         e = w.err(o.value, w.reference(case))
         notes.append(f"{d} ran (err {w.fmt(e)})")
-        if not w.matches(e, p.dtype):
+        if not p.matches(e):
             p.finding(f"head dim {d} runs but differs from the oracle (err {w.fmt(e)})")
         largest = d
     limit = None if largest == HEAD_DIMS[-1] else largest
@@ -197,7 +193,7 @@ def requires_dk_eq_dv(p: Probing) -> None:
         return
     e = w.err(o.value, w.reference(case))
     p.record("requires_dk_eq_dv", False, f"Dk=8, Dv=12 ran (err {w.fmt(e)})")
-    if not w.matches(e, p.dtype):
+    if not p.matches(e):
         p.finding(f"Dk=8, Dv=12 runs but differs from the oracle (err {w.fmt(e)})")
 
 

@@ -54,6 +54,15 @@ class Probing:
     dtype: str = "float32"  # the working dtype of convention probes (float32 where it runs)
     measured: list[Measured] = field(default_factory=list)
     findings: list[str] = field(default_factory=list)
+    # dtype -> the lower format it is computed at, where no field of its own says so (an inference precision
+    # hint rounds every dtype's operands: harness.discovery.formulations.every_dtype_at); its probes skip it
+    swallowed: dict[str, str] = field(default_factory=dict)
+    match_as: str | None = None  # the precision the convention probes' thresholds are read at (None: dtype's)
+
+    def matches(self, e: float) -> bool:
+        """Whether an error measured on a witness in the working dtype matches a candidate (witness.MATCH),
+        at the precision every dtype is computed at when none runs at its own."""
+        return witness.matches(e, self.match_as or self.dtype)
 
     def pinned_here(self, name: str) -> bool:
         """True (and the pin recorded) when ``--declare`` fixed ``name``: it is not probed."""
