@@ -347,33 +347,36 @@ class Case:
     def dtype(self) -> str:
         return dtype_name(self.query.dtype)
 
+    # Sizes are read from the trailing axes ([..., H, L, D]), so that a case with an array of another rank
+    # (a precondition clause's bad input) still has sizes an adapter can read on its way to the kernel,
+    # which is what must meet the bad input, not the adapter.
     @property
     def B(self) -> int:
-        return self.query.shape[0]
+        return self.query.shape[0] if np.ndim(self.query) >= 4 else 1
 
     @property
     def Hq(self) -> int:
-        return self.query.shape[1]
+        return self.query.shape[-3] if np.ndim(self.query) >= 3 else 1
 
     @property
     def Hkv(self) -> int:
-        return self.key.shape[1]
+        return self.key.shape[-3] if np.ndim(self.key) >= 3 else 1
 
     @property
     def T(self) -> int:
-        return self.query.shape[2]
+        return self.query.shape[-2]
 
     @property
     def S(self) -> int:
-        return self.key.shape[2]
+        return self.key.shape[-2]
 
     @property
     def Dk(self) -> int:
-        return self.query.shape[3]
+        return self.query.shape[-1]
 
     @property
     def Dv(self) -> int:
-        return self.value.shape[3]
+        return self.value.shape[-1]
 
     @property
     def has_variant(self) -> bool:

@@ -19,13 +19,15 @@ each value below with the spec sentence it departs from (harness.records.verdict
   ``all_blocked=mean-v``, which 000 §8's zero rows would otherwise list).
 * 003 "逐步推导": each weight is exp(s_ij - m_i) over its row's sum, so its error is relative to
   itself; a merge whose error is relative to the output's norm departs from it (``normwise_merges``).
+* 000 §8: the preconditions (4-D floating tensors of one dtype, matching dims, ...) are refused
+  when broken (``validates_inputs=False``: none is; ``accepts_invalid``: the named ones are not).
 
 These formulations are judged against the oracle re-run under them (conformance/oracle_formulations.py),
 so a kernel that follows one exactly passes every clause, and the verdict says which it follows.
 
 What the spec leaves open or a kernel merely lacks is not a deviation: capability limits (no
-dropout, no GQA, fewer dtypes, a maximum head dim, Dk == Dv, no custom scale, no float mask, no
-validation), the boolean mask's sense (000 §10 documents both), causal alignment when T != S (000 §9
+dropout, no GQA, fewer dtypes, a maximum head dim, Dk == Dv, no custom scale, no float mask), the
+boolean mask's sense (000 §10 documents both), causal alignment when T != S (000 §9
 notes the offset a KV cache needs), and the variants' conventions (``lse_base``, ``lse_empty``),
 which the seed does not define. The rule reads the final declaration only, so a ``--declare``
 override (or discovery) that sets one of these values creates the deviation too.
@@ -40,7 +42,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from conformance.contract import PRECONDITIONS as PRECONDITION_NAMES
 from conformance.contract import Declaration
+from conformance.harness.cases.preconditions import WORDS
 from conformance.harness.spec.clause import Source
 
 ALL_BLOCKED_ZERO = Source("000", "§8 最小 PyTorch 实现", "本实现明确约定该行的权重和输出为 0，避免 NaN。")
@@ -56,6 +60,9 @@ NEG_INF = Source(
     "禁止注意的位置加 $-\\infty$ 。用有限负数替代时，要结合 dtype 和分数范围选择数值；它并不严格等价于屏蔽。",
 )
 PER_WEIGHT = Source("003", "逐步推导", "p_ij = exp(s_ij - m_i) / Σ_j exp(s_ij - m_i)")
+PRECONDITIONS = Source(
+    "000", "§8 最小 PyTorch 实现", "要求 Q、K、V 是同设备、同 dtype 的有限浮点张量，batch 和 head 数一致"
+)
 
 
 @dataclass(frozen=True)
@@ -149,6 +156,18 @@ RULES: tuple[tuple[str, Callable[[Declaration], bool], Callable[[Declaration], s
         NEG_INF,
     ),
     (
+        "validates_inputs",
+        lambda d: not d.validates_inputs,
+        lambda d: "inputs the preconditions rule out are not refused (what each returned is listed with the run)",
+        PRECONDITIONS,
+    ),
+    (
+        "accepts_invalid",
+        lambda d: d.validates_inputs and bool(d.accepts_invalid),
+        lambda d: "accepts " + "; ".join(WORDS[n] for n in PRECONDITION_NAMES if n in d.accepts_invalid),
+        PRECONDITIONS,
+    ),
+    (
         "normwise_merges",
         lambda d: d.normwise_merges > 0,
         lambda d: f"{d.normwise_merges} merges of partial outputs err relative to the output's norm, not each weight",
@@ -176,10 +195,17 @@ def _fill_what(fill: str) -> str:
 def deviations(declaration: Declaration) -> list[Deviation]:
     """The declaration's departures from rules the spec states, in :data:`RULES` order (empty: none)."""
     return [
-        Deviation(name, getattr(declaration, name), what(declaration), source)
+        Deviation(name, _value(getattr(declaration, name)), what(declaration), source)
         for name, deviates, what, source in RULES
         if deviates(declaration)
     ]
+
+
+def _value(v: Any) -> Any:
+    """A declared value as ``--declare`` spells it (a set: its names, comma-separated, in table order)."""
+    if isinstance(v, frozenset):
+        return ",".join(sorted(v, key=lambda n: PRECONDITION_NAMES.index(n) if n in PRECONDITION_NAMES else 99))
+    return v
 
 
 def grouped(deviations: list[dict]) -> list[dict]:
