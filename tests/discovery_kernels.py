@@ -16,6 +16,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tests.trust_kernels import validate
+
 
 @dataclass(frozen=True)
 class Knobs:
@@ -69,6 +71,7 @@ def attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_
         assert knobs.causal_with_mask != "assert", "internal: the fused causal path takes no attn_mask"
     if knobs.own_error and (query.ndim != 4 or query.shape[-1] != key.shape[-1]):
         raise InvalidArgument(f"query {tuple(query.shape)} and key {tuple(key.shape)} do not make an attention")
+    validate(query, key, value, attn_mask, dropout_p, enable_gqa)  # 000 §8's preconditions, as torch raises them
     dtype = query.dtype
     T, S, D = query.shape[-2], key.shape[-2], query.shape[-1]
     if knobs.decode_drops_causal and T == 1:
