@@ -57,6 +57,7 @@ def _shared_shape_calls(dtype: str) -> list[Case]:
         "scale_cached_by_head_dim",
         "returns_persistent_workspace",
         "returns_view_of_arena",
+        "call_returns_its_buffer",
     ],
 )
 def test_cache_keys(impl, dtype):
