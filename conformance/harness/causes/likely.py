@@ -50,6 +50,7 @@ def features_of(k: str) -> frozenset[str]:
     return feats | {name for pattern, name in UNIONS if any(pattern.fullmatch(f) for f in feats)}
 
 
+NOT_SEPARATING = 0.25  # the weight of a failure explained by a set common among every passing case
 RARE = 0.1  # a feature set shared by more than this share of the reference passing cases explains nothing
 MAX_SIZE = 3
 _PAIR_POOL = 16  # features (most frequent among failures) combined into pairs
@@ -173,12 +174,21 @@ def likely_causes(rows: list[dict]) -> dict:
             hits = todo[c] & uncovered
             return sum(1 for i in hits if any(about(m, feats) for m in with_case[i]["failure"].get("matches") or ()))
 
+        def separating(c: tuple[int, ...], todo: dict = todo, uncovered: set = uncovered) -> float:
+            """1, or NOT_SEPARATING for a set common among every passing case when a larger set that is rare
+            there explains half its failures or more (float64 and rows blocked entirely, not float64 alone,
+            when float64 passes elsewhere: the smallest conjunction that separates failing from passing)."""
+            if overall.rare(c):
+                return 1.0
+            n = len(todo[c] & uncovered)
+            wider = (d for d in todo if len(d) > len(c) and set(c) < set(d) and overall.rare(d))
+            return NOT_SEPARATING if any(2 * len(todo[d] & uncovered) >= n for d in wider) else 1.0
+
         while uncovered and todo:
             best = min(
                 todo,
                 key=lambda c: (
-                    -len(todo[c] & uncovered) - confirmed(c),
-                    not overall.rare(c),  # separates failing from passing everywhere, not in its clauses alone
+                    -(len(todo[c] & uncovered) + confirmed(c)) * separating(c),
                     len(c),
                     -confirmed(c),
                     -names_a_mechanism([names[i] for i in c]),
@@ -198,8 +208,9 @@ def likely_causes(rows: list[dict]) -> dict:
             before, was_wrong = picked.get(shown, ([], False))
             picked[shown] = (before + rows_of, was_wrong or phase is wrong)
     for shown, (rows_of, was_wrong) in picked.items():
-        found = _describe(list(shown), rows_of, overall, tuple(index[f] for f in shown))
-        causes.append(dict(found, wrong_values=was_wrong))
+        for feats, part in _by_convention(list(shown), rows_of):
+            found = _describe(feats, part, overall, tuple(index[f] for f in feats if f in index))
+            causes.append(dict(found, wrong_values=was_wrong and any(gross.is_gross(r["failure"]) for r in part)))
     causes.sort(key=lambda c: -c.get("weight", 0.0))  # stable: equal weights keep the groups' order
     uncovered = left
     unexplained = [r for i, r in enumerate(with_case) if i in uncovered] + [r for r in failing if r not in with_case]
@@ -208,6 +219,33 @@ def likely_causes(rows: list[dict]) -> dict:
         "causes": causes,
         "unexplained": sorted(f"{r['clause']}[{r['dtype']}]" for r in unexplained),
     }
+
+
+def _by_convention(features: list[str], rows: list[dict]) -> list[tuple[list[str], list[dict]]]:
+    """A cause whose failing outputs match different values of one field (the mean of V on rows blocked
+    entirely in float32, NaN in float64) split by dtype, when the dtypes keep the values apart: each part
+    then is one convention (or one dtype's bug), with the dtype among its features where it holds for one
+    dtype alone. Otherwise the cause as it is (its hint then says the values conflict)."""
+    from conformance.harness.causes.text import conflicting, suggestion
+
+    if not conflicting(rows, features):
+        return [(features, rows)]
+    by_dtype: dict[str, list[dict]] = {}
+    for r in rows:
+        by_dtype.setdefault(str(r["failure"].get("dtype") or r["dtype"]), []).append(r)
+    groups: dict[str | None, list[str]] = {}
+    for dtype, part in by_dtype.items():
+        if conflicting(part, features):
+            return [(features, rows)]  # one dtype alone matches both: the dtype does not tell them apart
+        groups.setdefault(suggestion(part, features)[0], []).append(dtype)
+    if len(groups) < 2:
+        return [(features, rows)]
+    out = []
+    for dtypes in groups.values():
+        part = [r for d in dtypes for r in by_dtype[d]]
+        extra = [f"dtype={dtypes[0]}"] if len(dtypes) == 1 and f"dtype={dtypes[0]}" not in features else []
+        out.append((features + extra, part))
+    return out
 
 
 MARKER_SHARE = 0.5  # a feature in this share of the passing cases of a cause's own clauses marks the clauses
@@ -224,7 +262,12 @@ def _without_markers(features: list[str], rows: list[dict], per_clause: dict[str
     if len(features) < 2 or not total:
         return features
     share = {f: sum(n for k, n in passing.items() if f in features_of(k)) / total for f in features}
-    kept = [f for f in features if share[f] < MARKER_SHARE]
+    from conformance.harness.causes.text import about
+
+    # a feature the failing outputs' matched conventions are about is evidence, not a marker (rows blocked
+    # entirely, where float64's rows give NaN and every clause of the cause blocks rows in every dtype)
+    measured = {f for f in features for r in rows for m in (r["failure"].get("matches") or ()) if about(m, [f])}
+    kept = [f for f in features if share[f] < MARKER_SHARE or f in measured]
     return kept or features
 
 
