@@ -6,6 +6,7 @@ import sys
 import pytest
 
 from tests.clause_runner import load_clauses
+from tests.skip_summary import pytest_terminal_summary  # noqa: F401 - the by-design skips counted, not listed
 
 load_clauses()
 
