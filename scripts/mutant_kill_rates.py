@@ -53,7 +53,7 @@ def _clauses(profile: str):
 def _covering_fails(impl, cid: str) -> str | None:
     """The first failing row of a covering clause (no shrinking), or None."""
     from conformance.clauses import test_covering as tc
-    from conformance.harness.cases import covering
+    from conformance.harness.covering import array as covering
 
     direction = "forward" if cid == "COVER-PAIRS-01" else "backward"
     if direction == "backward" and not impl.declaration.grad:
@@ -92,8 +92,9 @@ def witness(spec, profile: str) -> str:
     """A row holding the trigger and a needed class on which the mutant differs from the oracle."""
     from conformance.clauses.test_covering import _judge
     from conformance.harness.calls.guarded import GuardedAdapter
-    from conformance.harness.cases import admission, covering
-    from conformance.harness.cases.pairs_cases import build_planned
+    from conformance.harness.covering import admission
+    from conformance.harness.covering import array as covering
+    from conformance.harness.covering.build import build_planned
     from conformance.harness.spec.report import ClauseViolation
     from tests.generated_mutants import AGAIN, BY_NAME, Generated, inert_reason
 
@@ -136,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     _setup(args.profile)
 
-    from conformance.harness.cases import admission, covering
+    from conformance.harness.covering import admission
+    from conformance.harness.covering import array as covering
     from tests.generated_mutants import Generated, Spec, inert_reason, sample
 
     decl = Generated(Spec((), "scale off by 10 %")).declaration

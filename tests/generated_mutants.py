@@ -2,7 +2,7 @@
 
 Why generated: hand-written mutants are the bugs their author thought of; a suite's coverage claim is
 only as good as the bugs it was measured against. Here a *trigger* is a conjunction of 1 to 3
-predicates over the value-class table (``harness.cases.pairs_space``: "mask form is [1,H,T,S]", "Dk is
+predicates over the value-class table (``harness.covering.table``: "mask form is [1,H,T,S]", "Dk is
 above 64, not a multiple of 32", ...) or "called before with the same shapes" (a kernel's per-shape
 state), and a *perturbation* is one way real kernels go wrong (a wrong scale, a mask dropped or read
 for the wrong head, a wrong fill, causal misaligned, a head or batch mixed, a term of the backward
@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from conformance.contract import Case, np_dtype
-from conformance.harness.cases.pairs_space import BY_NAME as TABLE
-from conformance.harness.cases.pairs_space import PARAMETERS, Call
+from conformance.harness.covering.table import BY_NAME as TABLE
+from conformance.harness.covering.table import PARAMETERS, Call
 from tests.mutants_features import DropoutKernel
 
 AGAIN = ("called before", "with the same shapes")  # the predicate a kernel's per-shape state makes
@@ -337,11 +337,11 @@ def sample(
 
 def inert_reason(spec: Spec, decl, defaults: dict[str, str]) -> str:
     """Why ``spec``'s perturbation cannot change anything under its trigger, when the perturbation
-    itself (``inert``) or the hiding table (``harness.cases.pairs_hiding``: a value of the trigger hides
+    itself (``inert``) or the hiding table (``harness.covering.hiding``: a value of the trigger hides
     a parameter the perturbation ``acts_on``) says so; "" when nothing says so. Such a mutant is
     equivalent to the correct kernel by construction: a scale 10 % off is still 0 at scale 0, one key
     has weight 1 whatever the scale."""
-    from conformance.harness.cases import pairs_hiding
+    from conformance.harness.covering import hiding
 
     pert = BY_NAME[spec.perturbation]
     plain = {p: v for p, v in spec.trigger if (p, v) != AGAIN}
@@ -349,7 +349,7 @@ def inert_reason(spec: Spec, decl, defaults: dict[str, str]) -> str:
         if item in plain.items():
             return f"equivalent: {pert.name} changes nothing at {item[0]}: {item[1]}"
     row = {**defaults, **plain}
-    hidden = pairs_hiding.predicted(row, decl, pert.direction)
+    hidden = hiding.predicted(row, decl, pert.direction)
     for p in pert.acts_on:
         for h in hidden.get((p, row[p]), []):
             if h <= set(plain.items()):

@@ -30,6 +30,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("conformance.harness.causes",),
     ("conformance.harness.judge",),
     ("conformance.harness.calls",),
+    ("conformance.harness.covering",),
     ("conformance.harness.cases",),
     ("conformance.harness.spec",),
     ("conformance.fixtures",),

@@ -3,7 +3,7 @@ pair of value classes, every admitted value class, and the drawn space's reach, 
 
 Buckets change which shapes the hand-built and drawn clauses use (``harness.cases.buckets``,
 ``harness.cases.space.COMPILING_STRUCTURES``); the covering arrays already build each value class at
-one size (``harness.cases.pairs_cases.SIZES``), so their rows are the same with or without the
+one size (``harness.covering.build.SIZES``), so their rows are the same with or without the
 declaration, and whatever makes a pair observable in a row (no third value hiding it) holds alike.
 Here the covering clauses run on a correct kernel declaring ``compiles_per_shape`` and the pairs
 that reached it are counted as the certificate counts them.
@@ -12,8 +12,8 @@ that reached it are counted as the certificate counts them.
 from __future__ import annotations
 
 from conformance.harness.calls.guarded import GuardedAdapter
-from conformance.harness.cases import covering
-from conformance.harness.cases.pairs_space import PARAMETERS
+from conformance.harness.covering import array as covering
+from conformance.harness.covering.table import PARAMETERS
 from conformance.harness.records import coverage_tables
 from tests.clause_runner import load_clauses
 from tests.mutants import BaseKernel

@@ -20,10 +20,12 @@ import numpy as np
 import pytest
 
 from conformance.contract import Declaration
-from conformance.harness.cases import covering, pairs_hiding, pairs_tuples
-from conformance.harness.cases.pairs_cases import build_planned, build_twin, row_reasons
-from conformance.harness.cases.pairs_ranges import taken
-from conformance.harness.cases.pairs_space import NON_SHAPE_PARAMETERS, PARAMETERS, SOME_KEYS, Call, reached_values
+from conformance.harness.covering import array as covering
+from conformance.harness.covering import hiding, tuples
+from conformance.harness.covering.admission import row_reasons
+from conformance.harness.covering.build import build_planned, build_twin
+from conformance.harness.covering.ranges import taken
+from conformance.harness.covering.table import NON_SHAPE_PARAMETERS, PARAMETERS, SOME_KEYS, Call, reached_values
 from conformance.harness.records import coverage_tables
 from tests.clause_runner import load_clauses, run_clause
 from tests.mutants import MUTANTS, BaseKernel
@@ -60,9 +62,9 @@ def _records(decl, plan):
     out = []
     for i, row in enumerate(plan.rows):
         case, _ = build_planned(row, decl, plan.seeds[i], plan.picks[i])
-        for how, classes in pairs_tuples.records_of(row):
+        for how, classes in tuples.records_of(row):
             got = reached_values(case, how, classes)
-            hidden = pairs_hiding.in_case(case, how, decl, got)
+            hidden = hiding.in_case(case, how, decl, got)
             out.append(
                 {
                     "values": got,
@@ -146,16 +148,16 @@ def test_every_planned_class_holds_in_its_case_and_twins_share_shapes(which):
 
 @pytest.mark.parametrize("which", ["base", "dropout", "bottom-right, nan"])
 def test_the_rules_foresee_what_the_cases_hide(which):
-    """The generator steers by the rules (pairs_hiding.predicted); the cases decide (in_case). A case that
+    """The generator steers by the rules (hiding.predicted); the cases decide (in_case). A case that
     hides a value the rules did not foresee is rebuilt with other draws; none is left in the plan."""
     decl = DECLS[which]
     plan = covering.plan(decl, 2)
     surprises = []
     for i, row in enumerate(plan.rows):
         case, _ = build_planned(row, decl, plan.seeds[i], plan.picks[i])
-        for how, classes in pairs_tuples.records_of(row):
-            seen = set(pairs_hiding.in_case(case, how, decl, classes))
-            foreseen = set(pairs_hiding.predicted(classes, decl, how.direction))
+        for how, classes in tuples.records_of(row):
+            seen = set(hiding.in_case(case, how, decl, classes))
+            foreseen = set(hiding.predicted(classes, decl, how.direction))
             if seen - foreseen:
                 surprises.append((i, how.direction, sorted(seen - foreseen)))
     assert len(surprises) <= len(plan.rows) // 20, surprises[:5]
@@ -165,13 +167,13 @@ def test_s_equal_one_hides_the_head_dim_in_the_backward():
     decl = DECLS["base"]
     row = {**covering.defaults_for(decl), "S": "1", "T": "> S", "Dk": "256", "direction": "backward"}
     case, _ = build_planned(row, decl, 5)
-    hidden = pairs_hiding.in_case(case, Call("backward"), decl, reached_values(case, Call("backward"), row))
-    assert not pairs_hiding.observable((("Dk", "256"), ("direction", "backward")), hidden)
-    assert pairs_hiding.observable((("S", "1"), ("Dk", "256")), hidden)  # the hider's own pair shows
+    hidden = hiding.in_case(case, Call("backward"), decl, reached_values(case, Call("backward"), row))
+    assert not hiding.observable((("Dk", "256"), ("direction", "backward")), hidden)
+    assert hiding.observable((("S", "1"), ("Dk", "256")), hidden)  # the hider's own pair shows
     plain = {**row, "S": "< 16", "T": "< S"}
     case, _ = build_planned(plain, decl, 5)
-    hidden = pairs_hiding.in_case(case, Call("backward"), decl, reached_values(case, Call("backward"), plain))
-    assert pairs_hiding.observable((("Dk", "256"), ("direction", "backward")), hidden)
+    hidden = hiding.in_case(case, Call("backward"), decl, reached_values(case, Call("backward"), plain))
+    assert hiding.observable((("Dk", "256"), ("direction", "backward")), hidden)
 
 
 def test_the_count_fails_on_the_plan_made_before_it():
@@ -187,13 +189,13 @@ def test_the_count_fails_on_the_plan_made_before_it():
     recs = []
     for i, row in enumerate(rows):
         case, _ = build_planned(row, decl, 7300 + i)
-        for how, classes in pairs_tuples.records_of(row):
+        for how, classes in tuples.records_of(row):
             got = reached_values(case, how, classes)
-            hidden = pairs_hiding.in_case(case, how, decl, got)
+            hidden = hiding.in_case(case, how, decl, got)
             flat = [[p, v, [sorted(map(list, h)) for h in hs]] for (p, v), hs in hidden.items()]
             recs.append({"values": got, "hidden": flat})
-    reached = {n for r in recs for n in pairs_tuples.reached(r["values"], 2)}
-    shown = {n for r in recs for n in pairs_tuples.observable_in(r["values"], coverage_tables.hidden_of(r), 2)}
+    reached = {n for r in recs for n in tuples.reached(r["values"], 2)}
+    shown = {n for r in recs for n in tuples.observable_in(r["values"], coverage_tables.hidden_of(r), 2)}
     hidden_pairs = reached - shown
     assert "Dk: 256 × direction: backward" in hidden_pairs, sorted(hidden_pairs)[:10]
     assert len(hidden_pairs) >= 10
@@ -227,8 +229,8 @@ def test_triples_cover_every_admitted_triple():
     shown = set()
     for i, row in enumerate(plan.rows):
         case, _ = build_planned(row, decl, plan.seeds[i], plan.picks[i], 3)
-        shown |= pairs_tuples.observable_tuples(
-            pairs_tuples.records_of(row), 3, lambda how, c, case=case: pairs_hiding.in_case(case, how, decl, c)
+        shown |= tuples.observable_tuples(
+            tuples.records_of(row), 3, lambda how, c, case=case: hiding.in_case(case, how, decl, c)
         )
     assert all(t in shown for t in plan.admitted)
     assert len(plan.rows) > len(covering.plan(decl, 2).rows)
@@ -247,7 +249,7 @@ def test_docs_case_space_lists_every_value_class_and_hiding_rule():
     text = (ROOT / "docs" / "case-space.md").read_text()
     missing = [f"{p.name}: {v.name}" for p in PARAMETERS for v in p.values if v.name not in text]
     assert not missing, f"docs/case-space.md does not list: {missing}"
-    rules = [r.hider for r in pairs_hiding.RULES if r.hider not in text]
+    rules = [r.hider for r in hiding.RULES if r.hider not in text]
     assert not rules, f"docs/case-space.md does not name the hiding rules of: {rules}"
 
 
@@ -275,12 +277,12 @@ def test_a_row_the_kernel_raises_on_does_not_hide_its_other_pairs():
     recs = getattr(impl, pair_coverage.ATTR)
     table = coverage_tables.pairs_table(recs, impl.declaration, (2,))["2"]
     forward = [a for a in covering.plan(impl.declaration, 2).admitted if ("direction", "backward") not in a]
-    names = {pairs_tuples.name(a) for a in forward}
+    names = {tuples.name(a) for a in forward}
     blocked = table["blocked"]
     assert blocked and set(blocked.values()) == {"mask form: [S]"}, blocked
     assert all("mask form: [S]" in a for a in blocked)
     missing = [a for a in names if a in table["not_reached"] or a in table["not_observable"]]
     assert missing == [], missing[:8]  # every forward pair not of the 1-D mask itself is observable
     without = [r for r in recs if "blocked" not in r]
-    lost = names - {n for r in without[: len(tc._rows(impl, "forward"))] for n in pairs_tuples.reached(r["values"], 2)}
+    lost = names - {n for r in without[: len(tc._rows(impl, "forward"))] for n in tuples.reached(r["values"], 2)}
     assert len(lost - set(blocked)) > 0  # the planned rows alone left pairs unreached: the repair rows reached them

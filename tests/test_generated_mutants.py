@@ -10,8 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conformance.harness.cases import admission, covering
-from conformance.harness.cases.pairs_cases import build_planned
+from conformance.harness.covering import admission
+from conformance.harness.covering import array as covering
+from conformance.harness.covering.build import build_planned
 from tests.generated_mutants import AGAIN, PERTURBATIONS, Generated, Spec, sample
 from tests.mutants_features import DropoutKernel
 

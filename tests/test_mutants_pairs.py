@@ -13,8 +13,8 @@ from __future__ import annotations
 import pytest
 
 from conformance.harness.calls.guarded import GuardedAdapter
-from conformance.harness.cases import covering
-from conformance.harness.cases.pairs_cases import build_planned
+from conformance.harness.covering import array as covering
+from conformance.harness.covering.build import build_planned
 from conformance.harness.judge import compare
 from tests.mutants import MUTANTS
 from tests.mutants_pairs import FEATURES

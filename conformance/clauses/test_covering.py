@@ -2,15 +2,15 @@
 
 Faults that need two ordinary features to meet (a GQA ratio and a [1,H,T,S] mask, a transposed view
 and an additive M, Dv != Dk and causal) pass clauses that test each feature alone, and a drawn space
-gives no guarantee about pairs. The value-class table (``harness.cases.pairs_space``, docs/case-space.md)
-names the classes; ``harness.cases.covering`` builds, from the declaration alone, a covering array in which
+gives no guarantee about pairs. The value-class table (``harness.covering.table``, docs/case-space.md)
+names the classes; ``harness.covering.array`` builds, from the declaration alone, a covering array in which
 every admitted pair of classes (ci profile; every triple in thorough) is one row in which no third value
-hides it (``harness.cases.pairs_hiding``: S = 1 makes dQ and dK zero whatever Dk is); each row is one
-small case whose classes take values across their ranges (``harness.cases.pairs_ranges``), compared with
+hides it (``harness.covering.hiding``: S = 1 makes dQ and dK zero whatever Dk is); each row is one
+small case whose classes take values across their ranges (``harness.covering.ranges``), compared with
 the float64 oracle under the error model, forward (COVER-PAIRS-01) and, where the kernel declares a
 backward, dQ/dK/dV (COVER-PAIRS-GRAD-02). A row with dropout is judged through the mask its seed
 replays (``harness.judge.dropout_replay``). A row "called again" runs right after its twin, a case of
-the same Q, K, V shapes whose other values differ (``pairs_cases.twin``), so a kernel that caches
+the same Q, K, V shapes whose other values differ (``admission.twin``), so a kernel that caches
 per shape answers one of the two with the other's; both are judged.
 
 All rows run even after one fails (so coverage is counted for every row the kernel took). A row the
@@ -28,11 +28,12 @@ import numpy as np
 
 from conformance.contract import Case
 from conformance.harness.calls.guarded import GuardedAdapter
-from conformance.harness.cases import covering
-from conformance.harness.cases.pairs_cases import build_planned, build_twin, row_reasons
-from conformance.harness.cases.pairs_cases import twin as twin_of
-from conformance.harness.cases.pairs_space import PARAMETERS, Call, memory_form
-from conformance.harness.cases.pairs_tuples import name, observable_in, tuples_of
+from conformance.harness.covering import array as covering
+from conformance.harness.covering.admission import row_reasons
+from conformance.harness.covering.admission import twin as twin_of
+from conformance.harness.covering.build import build_planned, build_twin
+from conformance.harness.covering.table import PARAMETERS, Call, memory_form
+from conformance.harness.covering.tuples import name, observable_in, tuples_of
 from conformance.harness.judge import compare, dropout_replay
 from conformance.harness.records.coverage_tables import hidden_of
 from conformance.harness.run import pair_coverage

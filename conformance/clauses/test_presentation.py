@@ -21,8 +21,8 @@ from conformance.clauses.test_inputs import LAYOUT, projection_view
 from conformance.contract import Case, Presentation
 from conformance.harness.calls.guarded import GuardedAdapter
 from conformance.harness.cases.build import random_case, random_mask
-from conformance.harness.cases.pairs_cases import cotangent as cotangent_in
-from conformance.harness.cases.pairs_cases import offset_view
+from conformance.harness.covering.build import cotangent as cotangent_in
+from conformance.harness.covering.build import offset_view
 from conformance.harness.judge import compare
 from conformance.harness.spec.clause import Source, clause
 from conformance.harness.spec.report import ClauseViolation, mismatch_report

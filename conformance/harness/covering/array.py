@@ -4,18 +4,18 @@ Why written here and not taken from PyPI: the one maintained pure-Python library
 pairs only (t = 2) and takes constraints as a filter over a row prefix, with no way to say *why* a
 tuple was left out; the suite must list every excluded tuple with its reason, needs t = 3 for the
 thorough profile, and must credit a tuple only in a row where no third value hides it
-(``harness.cases.pairs_hiding``). The generator is the one-row-at-a-time greedy of AETG / PICT, made
+(``harness.covering.hiding``). The generator is the one-row-at-a-time greedy of AETG / PICT, made
 deterministic: each row starts from the first tuple not yet shown and gives every other parameter,
 in table order, the admitted value under which most tuples not yet shown become observable (ties:
 the value listed first, so defaults win), never one that hides a value of the row's first tuple.
 The finished row is then built as its case (each class at its k-th candidate,
-``harness.cases.pairs_ranges``) and the tuples observable *in that case* (``pairs_hiding.in_case``)
+``harness.covering.ranges``) and the tuples observable *in that case* (``hiding.in_case``)
 are what it covers; a case that hides more than the rules foresaw is rebuilt with other draws.
 
 A tuple is *admitted* when some row of classes containing it is a case the declaration takes and
-shows it (``harness.cases.admission``); otherwise it is *excluded* with the reasons. A plan is a pure
+shows it (``harness.covering.admission``); otherwise it is *excluded* with the reasons. A plan is a pure
 function of the declaration, t and the profile (cached per process and on disk,
-``harness.cases.plan_cache``), so every pytest-xdist worker and the controlling process that writes
+``harness.covering.cache``), so every pytest-xdist worker and the controlling process that writes
 the summary compute the same one.
 """
 
@@ -26,11 +26,11 @@ import itertools
 from dataclasses import dataclass, field
 
 from conformance.contract import DTYPES, Declaration
-from conformance.harness.cases import pairs_hiding, pairs_ranges, plan_cache
-from conformance.harness.cases.admission import ORDER, Tuple, admit, complete
-from conformance.harness.cases.pairs_cases import build_planned, row_reasons
-from conformance.harness.cases.pairs_space import DEFAULTS, PARAMETERS, reached_values
-from conformance.harness.cases.pairs_tuples import (
+from conformance.harness.covering import cache, hiding, ranges
+from conformance.harness.covering.admission import ORDER, Tuple, admit, complete, row_reasons
+from conformance.harness.covering.build import build_planned
+from conformance.harness.covering.table import DEFAULTS, PARAMETERS, reached_values
+from conformance.harness.covering.tuples import (
     observable_tuples,
     records_of,
     tuples_of,
@@ -63,16 +63,16 @@ def defaults_for(decl: Declaration) -> dict[str, str]:
 @functools.lru_cache(maxsize=64)
 def plan(decl: Declaration, t: int = 2) -> Plan:
     """The covering array of strength ``t`` for ``decl`` (deterministic; cached in the process and on
-    disk, ``harness.cases.plan_cache``)."""
-    k = plan_cache.key(decl, t, pairs_ranges.draws())
-    known = plan_cache.load(k)
+    disk, ``harness.covering.cache``)."""
+    k = cache.key(decl, t, ranges.draws())
+    known = cache.load(k)
     if known is not None:
         try:
-            return Plan(**plan_cache.decode(known))
+            return Plan(**cache.decode(known))
         except (KeyError, TypeError, ValueError):
             pass
     out = build_plan(decl, t)
-    plan_cache.store(k, plan_cache.encode(out))
+    cache.store(k, cache.encode(out))
     return out
 
 
@@ -171,13 +171,13 @@ def row_showing(
 def _shown(decl: Declaration, row: dict[str, str], picks: dict[str, int], i: int, t: int) -> tuple[set[Tuple], int]:
     """The tuples the case of ``row`` shows, and its seed: rebuilt with other draws (up to ``RETRIES``
     times) while the case hides a tuple the rules say it shows."""
-    foreseen = observable_tuples(records_of(row), t, lambda how, c: pairs_hiding.predicted(c, decl, how.direction))
+    foreseen = observable_tuples(records_of(row), t, lambda how, c: hiding.predicted(c, decl, how.direction))
     best: tuple[set[Tuple], int] = (set(), SEED + i)
     for attempt in range(RETRIES):
         seed = SEED + i + 1000 * attempt
         case, _ = build_planned(row, decl, seed, picks, t)
         records = [(how, reached_values(case, how, c)) for how, c in records_of(row)]  # what the clause records
-        shown = observable_tuples(records, t, lambda how, c, case=case: pairs_hiding.in_case(case, how, decl, c))
+        shown = observable_tuples(records, t, lambda how, c, case=case: hiding.in_case(case, how, decl, c))
         if len(shown) > len(best[0]):
             best = (shown, seed)
         if foreseen <= shown:
@@ -189,8 +189,8 @@ def _why_hidden(decl, row, picks, seed, tup) -> list[str]:
     case, _ = build_planned(row, decl, seed, picks, 2)
     out = []
     for how, classes in records_of(row):
-        hidden = pairs_hiding.in_case(case, how, decl, classes)
-        out += pairs_hiding.describe({e: h for e, h in hidden.items() if e in tup})
+        hidden = hiding.in_case(case, how, decl, classes)
+        out += hiding.describe({e: h for e, h in hidden.items() if e in tup})
     return sorted(set(out)) or ["the rules hide it"]
 
 
@@ -213,7 +213,7 @@ def _grow(decl, row, values, uncovered, t, defaults) -> dict[str, str] | None:
             if row_reasons(decl, cand, t, defaults):
                 continue
             after = _gain_view(decl, cand)
-            if not all(pairs_hiding.observable(tuple(start.items()), h) for h in after.values()):
+            if not all(hiding.observable(tuple(start.items()), h) for h in after.values()):
                 continue  # never hide a value of the row's first tuple
             item = ((p.name, v),)
             new = [others[:k] + item + others[k:] for others, k in groups]
@@ -231,11 +231,11 @@ def _grow(decl, row, values, uncovered, t, defaults) -> dict[str, str] | None:
     return row
 
 
-def _gain_view(decl, row) -> dict[str, pairs_hiding.Hidden]:
+def _gain_view(decl, row) -> dict[str, hiding.Hidden]:
     """The hidden values of each call the (partial) row makes, by the rules."""
-    out = {"forward": pairs_hiding.predicted(row, decl, "forward")}
+    out = {"forward": hiding.predicted(row, decl, "forward")}
     if row.get("direction") == "backward":
-        out["backward"] = pairs_hiding.predicted(row, decl, "backward")
+        out["backward"] = hiding.predicted(row, decl, "backward")
     return out
 
 
@@ -250,7 +250,7 @@ def _same_hiding(before, after, row) -> bool:
 def _obs(tup: Tuple, view) -> bool:
     """Observable in the call its direction makes (a tuple without a direction: in the forward)."""
     direction = dict(tup).get("direction", "forward")
-    return pairs_hiding.observable(tup, view.get(direction, view["forward"]))
+    return hiding.observable(tup, view.get(direction, view["forward"]))
 
 
 def _count(view, row, t, uncovered) -> int:

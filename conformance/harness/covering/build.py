@@ -1,178 +1,38 @@
-"""A row of the covering array (parameter -> value class) as one concrete case, and why a row cannot be one.
+"""A row of the covering array (parameter -> value class) as one concrete case.
 
-Each class takes a member of its range (``harness.cases.pairs_ranges``: the extremes and seeded
-draws; ``harness.cases.pairs_draws``: the k-th row holding a class takes its k-th candidate);
-whether a declaration admits a row is decided on the row's smallest members. It is asked of the
-declaration itself
-(``Declaration.not_supported_reasons`` on a shape-only probe of the row's case), plus the suite's
-own rules: the constraints between values (``harness.cases.pairs_space.CONSTRAINTS``), rows blocked
-entirely where the declaration defines no fill (``strategies.empty_rows_allowed``), the backward
-only where ``grad`` is declared, a row that is "called again" only where it has a twin (below), and
-a cost budget per profile (a row above it is listed as excluded by cost, never dropped silently).
+Each class takes a member of its range (``ranges``: the extremes and seeded draws; ``draws``: the k-th
+row holding a class takes its k-th candidate), and the builders turn the row into arrays: masks of
+every form and content, M of every class, the memory layouts of Q, K, V, which of them is one object,
+the presentation (``contract.Presentation``: which inputs ask for a gradient, the context, a second
+backward), the cotangent in its memory form, and the twin a row "called again" runs after (``admission.twin``).
+Whether a row can be a case at all is ``admission``'s.
 
-A row whose ``call`` is "again" runs right after its *twin*: a case of the same Q, K, V shapes and
-dtype (what a kernel's per-shape cache is keyed by) whose other values (mask form and content, M,
-causal, scale, layout; dropout only turned off) all differ where the declaration admits it
-(:func:`twin`), so a kernel that caches anything else per shape answers one of the two with the
-other's.
-
-Longer than 250 lines because it is the one place where classes become arrays: the probe, the
-admission rules, and the builders of masks (every form and content), M (every class), layouts and
-twins, which share the row's sizes and draws.
+Longer than 250 lines because it is the one place where classes become arrays: masks, M, layouts,
+identity, twins and cotangents share the row's sizes and draws.
 """
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
-from conformance.contract import Case, Declaration, Presentation, np_dtype
+from conformance.contract import Case, Declaration, Presentation
 from conformance.harness.cases import drawn_arrays
 from conformance.harness.cases.build import cast, rng_for
-from conformance.harness.cases.pairs_draws import BUDGET, DROPOUT_BUDGET, SCORES, concrete, smallest
-from conformance.harness.cases.pairs_ranges import MASK_PATTERNS, Concrete
-from conformance.harness.cases.pairs_space import (
+from conformance.harness.cases.strategies import empty_rows_allowed
+from conformance.harness.covering.admission import meant_empty_rows, twin
+from conformance.harness.covering.draws import concrete
+from conformance.harness.covering.ranges import MASK_PATTERNS, Concrete
+from conformance.harness.covering.table import (
     ASKING,
-    BY_DIRECTION,
-    BY_NAME,
     DEFAULTS,
     EXPANDED_MASK,
     LEADING_TILE,
     MIXED,
-    NON_SHAPE_PARAMETERS,
     OFFSET,
     ONE_OBJECT,
     PARAMETERS,
     TILE,
-    violated,
 )
-from conformance.harness.cases.strategies import empty_rows_allowed
-
-SCALE = {"default": None, "custom": 0.3, "negative": -0.5, "zero": 0.0}  # the probe's scales (any member will do)
-DROPOUT_P = 0.5
-
-
-def sizes(row: dict[str, str]) -> dict[str, int]:
-    """B, Hq, Hkv, T, S, Dk, Dv of ``row`` at its classes' smallest members (missing: the defaults)."""
-    return smallest(row)
-
-
-def cost(row: dict[str, str]) -> int:
-    z = sizes(row)
-    return z["B"] * z["Hq"] * z["T"] * z["S"] * (z["Dk"] + z["Dv"])
-
-
-def _probe(r: dict[str, str], z: dict[str, int]) -> Case:
-    """The row's case without its values (stride-0 zeros): enough for ``not_supported_reasons``."""
-    dt = np_dtype(r["dtype"])
-
-    def zeros(*shape):  # stride 0 but along the feature axis: little memory, and cheaper than np.broadcast_to
-        row = np.zeros(shape[-1], dtype=dt)  # (the planner calls this often)
-        return np.ndarray(shape, dtype=dt, buffer=row, strides=(0,) * (len(shape) - 1) + (dt.itemsize,))
-
-    return Case(
-        zeros(z["B"], z["Hq"], z["T"], z["Dk"]),
-        zeros(z["B"], z["Hkv"], z["S"], z["Dk"]),
-        zeros(z["B"], z["Hkv"], z["S"], z["Dv"]),
-        mask=None if r["mask form"] == "none" else np.zeros((1, 1, 1, z["S"]), dtype=bool),
-        bias=None if r["additive M"] == "none" else np.zeros((1, 1, 1, z["S"])),
-        is_causal=r["causal"] == "on",
-        scale=SCALE[r["scale"]],
-        dropout_p=DROPOUT_P if r["dropout"] == "on" else 0.0,
-    )
-
-
-_PROBED = ("dtype", "mask form", "additive M", "causal", "scale", "dropout")
-
-
-@functools.lru_cache(maxsize=1 << 14)
-def _unsupported(decl: Declaration, values: tuple, z: tuple) -> list[str]:
-    """``decl.not_supported_reasons`` of the row's probe (it depends on these values and sizes only)."""
-    return decl.not_supported_reasons(_probe(dict(zip(_PROBED, values)), dict(z)))
-
-
-def _meant_empty_rows(r: dict[str, str], decl: Declaration, z: dict[str, int]) -> bool:
-    causal = r["causal"] == "on"
-    return (
-        r["mask content"] == "rows blocked entirely"
-        or r["additive M"] == "-inf on whole rows"
-        or (causal and r["mask content"] == LEADING_TILE)
-        or (causal and decl.causal_alignment == "bottom-right" and z["T"] > z["S"])
-    )
-
-
-def row_reasons(
-    decl: Declaration, row: dict[str, str], t: int = 2, defaults: dict[str, str] | None = None
-) -> list[str]:
-    """Why ``row`` cannot be a case for ``decl``; empty if it can. A partial row is checked with its
-    missing parameters at ``defaults`` (the table's), except that the constraints between values are
-    asked of the parameters ``row`` assigns only (so S = 1 is not refused for the default T < S)."""
-    return list(_row_reasons(decl, tuple(sorted(row.items())), t, tuple(sorted((defaults or DEFAULTS).items()))))
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _row_reasons(decl: Declaration, items: tuple, t: int, defaults: tuple) -> tuple[str, ...]:
-    row = dict(items)
-    r = {**dict(defaults), **row}
-    reasons = violated(row)
-    z = smallest(r, decl, t)
-    reasons += _unsupported(decl, tuple(r[p] for p in _PROBED), tuple(z.items()))
-    if r["direction"] == "backward" and not decl.grad:
-        reasons.append("declares grad=False")
-    has_mask, has_bias, causal = r["mask form"] != "none", r["additive M"] != "none", r["causal"] == "on"
-    grad = r["direction"] == "backward"
-    empty = _meant_empty_rows(r, decl, z)
-    if empty and not empty_rows_allowed(decl, has_mask=has_mask, has_bias=has_bias, is_causal=causal, grad=grad):
-        reasons.append(
-            "rows blocked entirely, with this combination of masks / causal / backward, have no fill this "
-            f"declaration defines (all_blocked={decl.all_blocked}, "
-            f"all_blocked_float_mask={decl.all_blocked_float_mask})"
-        )
-    if r["dropout"] == "on" and empty and decl.all_blocked_float_mask not in (None, decl.all_blocked):
-        reasons.append(
-            "with dropout a row blocked entirely is judged as its lifted boolean mask's row, whose fill this "
-            "declaration defines apart from an -inf row's"
-        )
-    scores = z["B"] * z["Hq"] * z["T"] * z["S"]
-    work = scores * (z["Dk"] + z["Dv"])
-    if work > BUDGET[t]:
-        reasons.append(f"cost: B*H*T*S*(Dk+Dv) = {work:,} above this profile's row budget {BUDGET[t]:,}")
-    if scores > SCORES[t]:
-        reasons.append(f"cost: B*H*T*S = {scores:,} scores above this profile's row budget {SCORES[t]:,}")
-    if r["dropout"] == "on" and work > DROPOUT_BUDGET:
-        reasons.append(f"cost: a dropout row is judged per query row; B*H*T*S*(Dk+Dv) = {work:,} > {DROPOUT_BUDGET:,}")
-    reasons += presentation_reasons(decl, r)
-    if r["call"] == "again" and not reasons and _twin(decl, items, t, defaults) is None:
-        reasons.append("no twin: no other value of a non-shape parameter is admitted with these shapes")
-    return tuple(reasons)
-
-
-def presentation_reasons(decl: Declaration, r: dict[str, str]) -> list[str]:
-    """Why the row's presentation cannot reach ``decl``'s kernel: the attributes it varies that the adapter
-    does not present (``Declaration.presents``), or M's gradient where the kernel declares none."""
-    need = set()
-    if r["layout"] in (OFFSET, MIXED) or r["cotangent"] != "contiguous":
-        need.add("memory")
-    if r["identity"] != "distinct":
-        need.add("identity")
-        if r["direction"] == "backward":  # one object's gradient is autograd's sum of its parts
-            need.add("requires_grad")
-    if r["requires grad"] != BY_DIRECTION:
-        need.add("requires_grad")
-    if r["context"] in ("forward under grad", "forward under inference mode"):
-        need.add("grad_mode")
-    elif r["context"] == "default dtype float64":
-        need.add("default_dtype")
-    if r["backward calls"] != "once":
-        need.add("backward")
-    missing = sorted(need - decl.presents)
-    reasons = []
-    if missing:
-        reasons.append(f"the adapter does not present {', '.join(missing)} to its kernel (Declaration.presents)")
-    if r["requires grad"] == "query, key, value and M" and not decl.bias_grad:
-        reasons.append("declares no gradient for the additive M (bias_grad)")
-    return reasons
 
 
 def presentation(r: dict[str, str]) -> Presentation | None:
@@ -186,33 +46,6 @@ def presentation(r: dict[str, str]) -> Presentation | None:
         default_dtype="float64" if r["context"] == "default dtype float64" else None,
     )
     return None if pres == Presentation() else pres
-
-
-def twin(decl: Declaration, row: dict[str, str], t: int = 2, defaults: dict[str, str] | None = None):
-    """The row a "called again" row runs after: its shape classes and dtype, every other value changed to
-    the next one the declaration admits (dropout only turned off), called first. None when none can change."""
-    found = _twin(decl, tuple(sorted(row.items())), t, tuple(sorted((defaults or DEFAULTS).items())))
-    return None if found is None else dict(found)
-
-
-@functools.lru_cache(maxsize=1 << 12)
-def _twin(decl: Declaration, items: tuple, t: int, defaults: tuple) -> tuple | None:
-    r = {**dict(defaults), **dict(items), "call": "first"}
-    changed = 0
-    for name in NON_SHAPE_PARAMETERS:
-        if name == "dtype":  # a per-shape cache is keyed by the dtype too (STATE-DTYPE-03 crosses dtypes)
-            continue
-        names = [v.name for v in BY_NAME[name].values]
-        i = names.index(r[name])
-        others = names[i + 1 :] + names[:i]
-        if name == "dropout":
-            others = ["off"] if r[name] == "on" else []
-        for v in others:
-            cand = {**r, name: v}
-            if not _row_reasons(decl, tuple(sorted(cand.items())), t, defaults):
-                r, changed = cand, changed + 1
-                break
-    return tuple(sorted(r.items())) if changed else None
 
 
 # -- building --------------------------------------------------------------------------------------
@@ -328,7 +161,7 @@ def offset_view(x: np.ndarray) -> np.ndarray:
 
 
 def cotangent(form: str, g: np.ndarray) -> np.ndarray:
-    """The cotangent ``g`` in memory ``form`` (pairs_space.COTANGENTS); "expanded" keeps its first query
+    """The cotangent ``g`` in memory ``form`` (table.COTANGENTS); "expanded" keeps its first query
     row for every row (a stride-0 query axis: the ones of ``out.sum().backward()`` are expanded so)."""
     if form == "transposed view":
         return drawn_arrays.relayout(g, "non-contiguous", None)
@@ -428,7 +261,7 @@ def build_twin(
     z = sizes_of_row.sizes
     for name in ("causal", "mask content", "additive M"):  # at the row's sizes, no fill the declaration leaves open
         has = (other["mask form"] != "none", other["additive M"] != "none", other["causal"] == "on")
-        empty = _meant_empty_rows(other, decl, z)
+        empty = meant_empty_rows(other, decl, z)
         if not empty or empty_rows_allowed(
             decl, has_mask=has[0], has_bias=has[1], is_causal=has[2], grad=other["direction"] == "backward"
         ):

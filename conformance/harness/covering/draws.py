@@ -1,12 +1,12 @@
 """The concrete sizes and values one covering row takes from its classes' ranges.
 
-The k-th row of a plan that holds a class takes its k-th candidate (``harness.cases.pairs_ranges``).
+The k-th row of a plan that holds a class takes its k-th candidate (``harness.covering.ranges``).
 A candidate that leaves the row's classes (T < S needs S >= 3), that the declaration refuses (a head
 dim above ``max_head_dim``) or that makes the row cost more than the draw budget steps down to the
 largest member that fits, or to the class's smallest member, which is what decides whether a row is
 admitted at all (:func:`smallest`). Rows also keep two keys visible wherever their classes allow (a
 leading tile of blocked keys leaves two; causal with it starts past the tile): a row that sees one key
-hides most other values (``harness.cases.pairs_hiding``), and only the values that name that on
+hides most other values (``harness.covering.hiding``), and only the values that name that on
 purpose may.
 """
 
@@ -16,8 +16,8 @@ import functools
 import math
 
 from conformance.contract import Declaration
-from conformance.harness.cases.pairs_ranges import MASK_PATTERNS, Concrete, candidates, floats, ladder
-from conformance.harness.cases.pairs_space import DEFAULTS, LEADING_TILE, TILE
+from conformance.harness.covering.ranges import MASK_PATTERNS, Concrete, candidates, floats, ladder
+from conformance.harness.covering.table import DEFAULTS, LEADING_TILE, TILE
 
 # B * Hq * T * S * (Dk + Dv) of a row: the oracle's and the kernel's work; t = 2 fits every pair under it.
 BUDGET = {2: 3_000_000, 3: 20_000_000}
@@ -82,7 +82,7 @@ def _bump_for_liveness(r: dict[str, str], decl: Declaration, z: dict[str, int]) 
 
 def _same_empty_rows(r: dict[str, str], decl: Declaration, z: dict[str, int], t: int, picks: dict) -> bool:
     """Under bottom-right causal, T > S empties the first T - S rows: a draw may do so only where the
-    row's smallest members do (what admitted the row, and its fill, ``pairs_cases.row_reasons``)."""
+    row's smallest members do (what admitted the row, and its fill, ``admission.row_reasons``)."""
     if not picks or r["causal"] != "on" or decl.causal_alignment != "bottom-right":
         return True
     z0 = _sizes(r, decl, t, {})

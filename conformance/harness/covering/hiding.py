@@ -25,7 +25,7 @@ import numpy as np
 
 from conformance import oracle
 from conformance.contract import Case, Declaration
-from conformance.harness.cases.pairs_space import DEFAULTS, LEADING_TILE, PARAMETERS, SOME_KEYS, SUBSETS, Call
+from conformance.harness.covering.table import DEFAULTS, LEADING_TILE, PARAMETERS, SOME_KEYS, SUBSETS, Call
 
 Item = tuple[str, str]  # (parameter, value)
 Hidden = dict[Item, list[frozenset[Item]]]  # a hidden value -> the sets of values that hide it

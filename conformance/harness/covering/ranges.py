@@ -8,7 +8,7 @@ extremes, and the k-th row of a plan that holds a class takes the k-th of its ca
 extremes first, then seeded draws from inside the range (ci: one; thorough: three). Everything is a
 pure function of the row, the declaration and k, so every pytest-xdist worker builds the same cases.
 
-Which candidate one row takes, and what happens when it does not fit, is ``harness.cases.pairs_draws``.
+Which candidate one row takes, and what happens when it does not fit, is ``harness.covering.draws``.
 
 Per-row ranges that fit inside one case are drawn there instead: a finite large negative M puts a
 ladder of magnitudes on several rows of one case (1e4 up to finfo(dtype).max), a mask with "some keys
@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from conformance.contract import np_dtype
-from conformance.harness.cases.pairs_space import LEADING_TILE, TILE
 from conformance.harness.cases.profiles import profile_name
+from conformance.harness.covering.table import LEADING_TILE, TILE
 
 MASK_PATTERNS = ("scattered", "a run at the start", "a run in the middle", "a run at the end")
 

@@ -2,13 +2,13 @@
 
 Why a table of *classes*: a kernel's faults live in classes of inputs (a mask form, a GQA ratio, a
 head dim past 64, keys past a tile), and most need two classes to meet (NIST's combinatorial
-testing studies); a covering array (``harness.cases.covering``) puts every admitted pair (t = 2) or triple
-(t = 3) of classes into some row, and ``harness.cases.pairs_cases`` turns a row into one small concrete case,
+testing studies); a covering array (``harness.covering.array``) puts every admitted pair (t = 2) or triple
+(t = 3) of classes into some row, and ``harness.covering.build`` turns a row into one small concrete case,
 each class at the smallest size that is in it. The same table is ``docs/case-space.md``.
 
 Each value says what must hold of a case for the value to be *reached* (``holds``): coverage is
 counted from the cases that reached the kernel (``harness.run.pair_coverage``), not from the plan. Which
-declarations admit a value is not listed here: ``harness.cases.pairs_cases.row_reasons`` builds the row's
+declarations admit a value is not listed here: ``harness.covering.admission.row_reasons`` builds the row's
 case and asks ``Declaration.not_supported_reasons`` (the one vocabulary), so a value or pair is
 admitted exactly when the kernel's own declaration takes its case. Constraints between values that
 no declaration decides (a form with a T axis at T = 1, a tile of blocked keys in fewer keys than a

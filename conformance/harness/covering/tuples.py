@@ -1,18 +1,18 @@
 """The t-tuples of a row of value classes, the calls a row makes, and which tuples a case shows.
 
-The vocabulary the generator (``harness.cases.covering``) and the coverage tables
+The vocabulary the generator (``harness.covering.array``) and the coverage tables
 (``harness.records.coverage_tables``) share: a tuple is ((parameter, value), ...) in table order,
 named ``"heads: 8:1 × mask form: [B,1,T,S]"``; a row makes a forward call and, when its direction is
-backward, a backward one too; a tuple counts where no third value hides it (``pairs_hiding``).
+backward, a backward one too; a tuple counts where no third value hides it (``hiding``).
 """
 
 from __future__ import annotations
 
 import itertools
 
-from conformance.harness.cases import pairs_hiding
-from conformance.harness.cases.admission import ORDER, Tuple
-from conformance.harness.cases.pairs_space import DEFAULTS, Call
+from conformance.harness.covering import hiding
+from conformance.harness.covering.admission import ORDER, Tuple
+from conformance.harness.covering.table import DEFAULTS, Call
 
 JOIN = " \u00d7 "  # " × " between the values of a tuple, each "parameter: value"
 
@@ -41,14 +41,14 @@ def observable_tuples(records, t: int, hidden_of) -> set[Tuple]:
     out: set[Tuple] = set()
     for how, classes in records:
         hidden = hidden_of(how, classes)
-        out.update(tup for tup in tuples_of(classes, t) if pairs_hiding.observable(tup, hidden))
+        out.update(tup for tup in tuples_of(classes, t) if hiding.observable(tup, hidden))
     return out
 
 
-def observable_in(record: dict[str, str], hidden: pairs_hiding.Hidden, t: int) -> list[str]:
+def observable_in(record: dict[str, str], hidden: hiding.Hidden, t: int) -> list[str]:
     """The names of the t-tuples a case with the value classes ``record`` shows (``hidden``: what is
-    hidden in it, ``pairs_hiding.in_case``)."""
-    return [name(tup) for tup in tuples_of(record, t) if pairs_hiding.observable(tup, hidden)]
+    hidden in it, ``hiding.in_case``)."""
+    return [name(tup) for tup in tuples_of(record, t) if hiding.observable(tup, hidden)]
 
 
 def reached(record: dict[str, str], t: int) -> list[str]:

@@ -11,7 +11,7 @@ backward: on its own values, so that a bug in how the dropped weights meet V (a 
 wrong under dropout) shows, which a V = I probe alone cannot see.
 
 The probe is made *after* the real call, so that a call made right before on purpose (a covering
-row's twin, ``harness.cases.pairs_cases.twin``) stays right before it.
+row's twin, ``harness.covering.admission.twin``) stays right before it.
 """
 
 from __future__ import annotations

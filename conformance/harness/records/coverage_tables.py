@@ -11,8 +11,9 @@ from collections import Counter
 from typing import Any
 
 from conformance.contract import Declaration
-from conformance.harness.cases import covering, pairs_hiding, pairs_tuples
 from conformance.harness.cases.cells import FEATURES, SEP, SHAPE_CLASSES, admitted
+from conformance.harness.covering import array as covering
+from conformance.harness.covering import hiding, tuples
 
 
 def cells_table(reached: Counter, decl: Declaration) -> dict[str, Any]:
@@ -66,15 +67,15 @@ def plan_summary(decl: Declaration, t: int) -> dict[str, Any]:
     plan = covering.plan(decl, t)
     return {
         "rows": len(plan.rows),
-        "admitted": [pairs_tuples.name(tup) for tup in plan.admitted],
-        "excluded": {pairs_tuples.name(tup): why for tup, why in plan.excluded.items()},
+        "admitted": [tuples.name(tup) for tup in plan.admitted],
+        "excluded": {tuples.name(tup): why for tup, why in plan.excluded.items()},
         "excluded_values": {f"{p}: {v}": why for (p, v), why in plan.excluded_values.items()},
     }
 
 
 def hidden_of(rec: dict[str, Any]) -> dict:
     """What a value-class record (``run.pair_coverage.record``) says was hidden in its case, as
-    ``pairs_hiding`` takes it."""
+    ``hiding`` takes it."""
     return {(p, v): [frozenset(map(tuple, h)) for h in hs] for p, v, hs in rec.get("hidden", [])}
 
 
@@ -103,13 +104,13 @@ def pairs_table(
         shown: set[str] = set()
         for r in recs:
             values, hidden = r["values"], hidden_of(r)
-            names = pairs_tuples.reached(values, t)
+            names = tuples.reached(values, t)
             reached.update(names)
-            visible = set(pairs_tuples.observable_in(values, hidden, t))
+            visible = set(tuples.observable_in(values, hidden, t))
             shown |= visible
             if t == min(ts):
                 for name in set(names) - visible:
-                    hidden_by.setdefault(name, set()).update(pairs_hiding.describe(hidden))
+                    hidden_by.setdefault(name, set()).update(hiding.describe(hidden))
         admitted = plan["admitted"]
         # a pair whose value the kernel fails alone (the covering clause ran it so) cannot show anything
         # else there; named apart, and out of the share observable coverage is stated as

@@ -44,7 +44,7 @@ FIRST: tuple[str, ...] = (
 )
 # Slow (long sequences, many examples, fixture sets, statistics) or narrow: after everything else.
 LAST: tuple[str, ...] = (
-    "COVER-PAIRS-01",  # ~70 small cases, every admitted pair of value classes (harness.cases.covering)
+    "COVER-PAIRS-01",  # ~70 small cases, every admitted pair of value classes (harness.covering.array)
     "COVER-PAIRS-GRAD-02",
     "ORACLE-AGREE-01",
     "GRAD-VJP-SPACE-04",

@@ -3,13 +3,13 @@ could show a bug, per adapter.
 
 Counted from what reached the kernel, not from the plan: the covering clauses
 (conformance/clauses/test_covering.py) call :func:`record` after a guarded call *returned*, with the
-value classes the case it sent is in (``pairs_space.reached_values``: a planned class is credited only
-when the case really is in it), what is hidden in that case (``pairs_hiding.in_case``: a tuple is
+value classes the case it sent is in (``table.reached_values``: a planned class is credited only
+when the case really is in it), what is hidden in that case (``hiding.in_case``: a tuple is
 observable unless a third value hides one of its values) and the values each class took
-(``pairs_ranges.taken``). The records live on the guarded adapter while a test runs, travel in the
+(``ranges.taken``). The records live on the guarded adapter while a test runs, travel in the
 test's report (``user_properties``, JSON), and the controlling process sums them, so a pytest-xdist run
 counts the same tuples as a serial one. What is admitted and excluded comes from the plan
-(``harness.cases.covering.plan``), a function of the declaration alone.
+(``harness.covering.array.plan``), a function of the declaration alone.
 
 Registered as a sub-plugin by ``conformance.harness.plugin``; the certificate calls :func:`table`.
 """
@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 
 from conformance.contract import Case, Declaration
-from conformance.harness.cases import pairs_hiding
-from conformance.harness.cases.pairs_ranges import taken
-from conformance.harness.cases.pairs_space import Call, reached_values
 from conformance.harness.cases.profiles import profile_name
+from conformance.harness.covering import hiding
+from conformance.harness.covering.ranges import taken
+from conformance.harness.covering.table import Call, reached_values
 from conformance.harness.records import coverage_tables
 from conformance.harness.run.report_channel import ReportChannel
 
@@ -44,7 +44,7 @@ def record(impl: Any, case: Case, how: Call, planned: dict[str, str]) -> None:
         store = []
         setattr(impl, ATTR, store)
     classes = reached_values(case, how, planned)
-    hidden = pairs_hiding.in_case(case, how, impl.declaration, classes)
+    hidden = hiding.in_case(case, how, impl.declaration, classes)
     store.append(
         {
             "values": classes,
