@@ -70,10 +70,12 @@ def certify(spec, profile: str) -> dict:
     """The first clause the mutant ``spec`` fails (or none), and for a survivor, a witness row."""
     _setup(profile)
     from conformance.harness.calls.guarded import GuardedAdapter
+    from tests import generated_call_mutants
     from tests.clause_runner import dtypes_for, run_clause
     from tests.generated_mutants import Generated
 
-    kernel = Generated(spec)
+    calls = isinstance(spec, generated_call_mutants.CallSpec)
+    kernel = generated_call_mutants.make(spec) if calls else Generated(spec)
     t0 = time.process_time()
     for cid, info in _clauses(profile):
         if cid.startswith("COVER-PAIRS"):
@@ -85,7 +87,8 @@ def certify(spec, profile: str) -> dict:
             verdict = run_clause(info, kernel, dtype, shrink=False)
             if verdict.startswith("failed"):
                 return {"killed_by": f"{cid}[{dtype}]", "why": verdict[:160], "cpu_s": time.process_time() - t0}
-    return {"killed_by": None, "witness": witness(spec, profile), "cpu_s": time.process_time() - t0}
+    found = "not killed (the calls family has no witness search: read its trigger)" if calls else witness(spec, profile)
+    return {"killed_by": None, "witness": found, "cpu_s": time.process_time() - t0}
 
 
 def witness(spec, profile: str) -> str:
@@ -134,8 +137,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--json", help="write every mutant's result here")
     ap.add_argument("--start", type=int, default=1, help="certify the sample from its N-th mutant (resume a run)")
+    ap.add_argument(
+        "--family",
+        choices=("values", "calls"),
+        default="values",
+        help="values: NumPy kernels wrong where value classes meet (tests/generated_mutants.py); calls: torch "
+        "functions wrong in how a call is made, around it or in what they accept (tests/generated_call_mutants.py)",
+    )
     args = ap.parse_args(argv)
     _setup(args.profile)
+    if args.family == "calls":
+        from tests.generated_call_mutants import sample as call_sample
+
+        if args.arity == 3:
+            specs = call_sample(args.n, 3, args.seed)
+        else:
+            n1 = args.n // 3 if args.arity == 2 else args.n
+            specs = call_sample(n1, 1, args.seed) + (
+                call_sample(args.n - n1, 2, args.seed + 1) if args.arity == 2 else []
+            )
+        return _run(specs[args.start - 1 :], args)
 
     from conformance.harness.covering import admission
     from conformance.harness.covering import array as covering
@@ -161,7 +182,10 @@ def main(argv: list[str] | None = None) -> int:
         specs = sample(n1, 1, args.seed, values, admits, equivalent)
         if args.arity == 2:
             specs += sample(args.n - n1, 2, args.seed + 1, values, admits, equivalent)
-    specs = specs[args.start - 1 :]
+    return _run(specs[args.start - 1 :], args)
+
+
+def _run(specs, args) -> int:
     t0 = time.time()
     if args.jobs > 1:
         import multiprocessing

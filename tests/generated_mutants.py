@@ -24,7 +24,7 @@ import numpy as np
 
 from conformance.contract import Case, np_dtype
 from conformance.harness.covering.table import BY_NAME as TABLE
-from conformance.harness.covering.table import PARAMETERS, Call
+from conformance.harness.covering.table import PARAMETERS, Call, memory_form
 from tests.mutants_features import DropoutKernel
 
 AGAIN = ("called before", "with the same shapes")  # the predicate a kernel's per-shape state makes
@@ -115,14 +115,16 @@ class Generated(DropoutKernel):
 
     def __init__(self, spec: Spec):
         super().__init__(spec.name)
+        # a NumPy kernel reads the case's arrays as they are: their memory and which is one object reach it
+        self.declaration = self.declaration.replace(presents=frozenset({"memory", "identity"}))
         self.spec = spec
         self._seen: set = set()
 
-    def _fires(self, case: Case, direction: str) -> bool:
+    def _fires(self, case: Case, direction: str, grad_out: np.ndarray | None = None) -> bool:
         shapes = (case.query.shape, case.key.shape, case.value.shape, case.dtype)
         before = shapes in self._seen
         self._seen.add(shapes)
-        how = Call(direction)
+        how = Call(direction, cotangent="contiguous" if grad_out is None else memory_form(grad_out))
         for p, v in self.spec.trigger:
             if (p, v) == AGAIN:
                 if not before:
@@ -140,7 +142,7 @@ class Generated(DropoutKernel):
 
     def vjp(self, case: Case, grad_out: np.ndarray):
         pert = BY_NAME[self.spec.perturbation]
-        if pert.direction != "backward" or not self._fires(case, "backward"):
+        if pert.direction != "backward" or not self._fires(case, "backward", grad_out):
             return super().vjp(case, grad_out)
         return _BACKWARD[pert.name](self, case, grad_out)
 
@@ -317,7 +319,8 @@ def sample(
                 continue
             trigger.update(alt)
         again = arity > len(trigger) and rng.random() < 0.1
-        free = [p for p in PREDICATE_PARAMETERS if p not in trigger]
+        # a parameter the declaration admits one value of cannot restrict a trigger (it holds on every case)
+        free = [p for p in PREDICATE_PARAMETERS if p not in trigger and len(values.get(p, ())) > 1]
         k = arity - len(trigger) - again
         if k < 0:
             continue
