@@ -11,7 +11,7 @@ from typing import Any
 from conformance.contract import DTYPES
 from conformance.harness.calls import programs
 from conformance.harness.discovery.discover import declare_text
-from conformance.harness.records import coverage_tables
+from conformance.harness.records import coverage_tables, invalid_inputs
 
 # -- one certificate ----------------------------------------------------------------------------------
 OUTCOME_CELL: dict[str, str] = {
@@ -100,6 +100,8 @@ def render_markdown(doc: dict) -> str:
             out += coverage_tables.cells_markdown(a["space_coverage"])
         if a.get("pair_coverage"):
             out += coverage_tables.pairs_markdown(a["pair_coverage"])
+        if a.get("invalid_inputs"):
+            out += invalid_inputs.markdown(a["invalid_inputs"])
         if (a.get("programs") or {}).get("calls"):  # the distinct structures, and the time of first calls
             out += ["\n## Programs\n", programs.sentence(a["programs"], a["declaration"].get("compiles_per_shape"))]
         out.append("\n## Error against the float64 oracle, per dtype\n")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from conformance.harness.records import invalid_inputs
 from conformance.harness.records.deviations import grouped
 
 # Options of a certification run that change what a clause feeds the kernel or how it is judged:
@@ -118,6 +119,10 @@ def column_notes(entry: dict) -> tuple[tuple[str, str], ...]:
     for d in devs:
         if not (isinstance(d, dict) and "field" in d):
             notes.append(("declared deviation: " + _record_text(d),) * 2)
+    bad = entry.get("invalid_inputs")  # what the kernel did with each invalid input of 000 §8's preconditions
+    if isinstance(bad, dict) and bad:
+        text = invalid_inputs.headline(bad)
+        notes.append((text, text))
     drift = (entry.get("environment") or {}).get("version_drift")  # a library release other than the measured one
     if drift:
         notes.append((str(drift), str(drift)))

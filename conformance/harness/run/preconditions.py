@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conformance.contract import PRECONDITIONS, Declaration, dtype_name
-from conformance.harness.cases.preconditions import WORDS
+from conformance.contract import Declaration, dtype_name
 from conformance.harness.judge.rejection import documented
+from conformance.harness.records.invalid_inputs import line, table_of
 from conformance.harness.run.report_channel import ReportChannel
 
 ATTR = "preconditions_seen"  # list of outcome records on the guarded adapter
@@ -77,43 +77,6 @@ def table(config: pytest.Config, spec: str) -> dict[str, list[dict]]:
     """precondition name -> its bad inputs' outcomes (what, outcome, detail), in PRECONDITIONS order."""
     entry = CHANNEL.store(config).get(spec, {})
     return table_of(list(entry.values()))
-
-
-def table_of(records: list[dict]) -> dict[str, list[dict]]:
-    out: dict[str, list[dict]] = {}
-    for rec in sorted(records, key=lambda r: PRECONDITIONS.index(r["name"])):
-        out.setdefault(rec["name"], []).append({k: rec[k] for k in ("what", "outcome", "detail")})
-    return out
-
-
-def line(spec: str, decl: Declaration, by_name: dict[str, list[dict]]) -> list[str]:
-    """One line per adapter: how many invalid inputs it refuses, then each one it accepts (and what it
-    returned), declines or crashes on, grouped by precondition."""
-    flat = [(n, r) for n, rs in by_name.items() for r in rs]
-    if not flat:
-        return []
-    refused = sum(r["outcome"] == "refused" for _, r in flat)
-    held = "validates its inputs" if decl.validates_inputs else "declares validates_inputs=False"
-    if decl.accepts_invalid:
-        held += f", declares accepts_invalid={','.join(n for n in PRECONDITIONS if n in decl.accepts_invalid)}"
-    head = f"{spec}: refuses {refused} of {len(flat)} invalid inputs ({held})"
-    if refused == len(flat):
-        return [head.replace(f"refuses {refused} of", "refuses all")]
-    out = [head]
-    for kind in ("accepted", "crashed", "declined"):
-        these = [(n, r) for n, r in flat if r["outcome"] == kind]
-        if these:
-            words = {"accepted": "accepts", "crashed": "crashes on", "declined": "declines"}[kind]
-            out.append(f"    {words}: " + "; ".join(f"{n} ({r['what']}: {r['detail']})" for n, r in these))
-    partial = sorted(
-        n
-        for n, rs in by_name.items()
-        if len({r["outcome"] for r in rs}) > 1 and any(r["outcome"] == "refused" for r in rs)
-    )
-    for n in partial:
-        kinds = {r["what"]: r["outcome"] for r in by_name[n]}
-        out.append(f"    partly: {WORDS[n]}: " + ", ".join(f"{o} {w}" for w, o in kinds.items()))
-    return out
 
 
 def _summary_lines(spec: str, decl: Declaration, entry: dict) -> list[str]:
