@@ -88,6 +88,37 @@ class ReturnsView(_Misbehaving):
         return case.value[:, :, :1, :]  # right shape and dtype, but the caller's own memory
 
 
+class SilencesNumpy(_Misbehaving):
+    """Silences NumPy's floating-point errors for its own arithmetic and leaves them silenced."""
+
+    def misbehave(self, case, out):
+        np.seterr(all="ignore")
+        return out
+
+
+class DrawsGlobalRandom(_Misbehaving):
+    """Draws from NumPy's global generator without dropout (a random tie-break), shifting the caller's draws."""
+
+    def misbehave(self, case, out):
+        np.random.random()
+        return out
+
+
+class RewritesEarlierResult(_Misbehaving):
+    """Writes into the result it returned on the call before (its output buffer, handed out again)."""
+
+    def __init__(self):
+        super().__init__()
+        self._last = None
+
+    def forward(self, case: Case):
+        out = super().forward(case)
+        if is_trigger(case) and self._last is not None:
+            self._last[...] = 0
+        self._last = out
+        return out
+
+
 class LeaksState(BaseKernel):
     """Returns the previous call's output whenever the shape repeats: state carried between calls."""
 

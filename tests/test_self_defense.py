@@ -31,6 +31,9 @@ CASES = [
     ("ReturnsView", "output shares memory with an input"),
     ("Hangs", "did not return within 1 s (--call-timeout)"),
     ("Spins", "did not return within 1 s (--call-timeout)"),
+    ("SilencesNumpy", "left process state its caller relies on changed"),
+    ("DrawsGlobalRandom", "NumPy's global random generator (numpy.random.get_state): drawn from"),
+    ("RewritesEarlierResult", "changed a result it returned earlier"),
 ]
 
 
