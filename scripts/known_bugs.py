@@ -90,11 +90,12 @@ def _causes(cert: Path, adapter: str) -> list[dict]:
 
 
 def found_at(causes: list[dict], b: dict) -> int | None:
-    """The 1-based rank of the first cause that is the bug (its features include ``cause``, its hint
-    matches ``mechanism``), or None."""
+    """The 1-based rank of the first cause that is the bug (its features include ``cause``, or are it
+    where the entry says ``exact``; its hint matches ``mechanism``), or None."""
     want = set(b["cause"])
     for n, c in enumerate(causes, 1):
-        if want <= set(c.get("features") or ()) and re.search(b["mechanism"], hint(c)):
+        feats = set(c.get("features") or ())
+        if (feats == want if b.get("exact") else want <= feats) and re.search(b["mechanism"], hint(c)):
             return n
     return None
 
