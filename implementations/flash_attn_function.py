@@ -45,10 +45,12 @@ FLASH_ATTN_DEFAULTS = Declaration(
 
 
 def _bthd(x: np.ndarray, device: str, requires_grad: bool = False):
-    """[B, H, T, D] NumPy -> contiguous [B, T, H, D] torch tensor (a copy)."""
+    """[B, H, T, D] NumPy -> contiguous [B, T, H, D] torch tensor (a copy). The head and length axes are
+    counted from the end, so that an array of another rank (a precondition clause's [H, T, D] query) reaches
+    the function in that rank, as a caller's would, for the function to refuse."""
     from implementations._torch import to_torch
 
-    return to_torch(np.ascontiguousarray(np.swapaxes(np.asarray(x), 1, 2)), device, requires_grad)
+    return to_torch(np.ascontiguousarray(np.swapaxes(np.asarray(x), -3, -2)), device, requires_grad)
 
 
 class TorchFunctionAdapter:
@@ -136,7 +138,7 @@ class FlashAttnFunctionAdapter(TorchFunctionAdapter):
 
         with torch.no_grad():
             out = self._out(self._call(case, *self._qkv(case)))
-        return to_numpy(out.transpose(1, 2))
+        return to_numpy(out.transpose(-3, -2))
 
     def forward_with_lse(self, case: Case) -> tuple[np.ndarray, np.ndarray]:
         import torch
@@ -148,7 +150,7 @@ class FlashAttnFunctionAdapter(TorchFunctionAdapter):
         if not isinstance(res, (tuple, list)) or len(res) < 2:
             raise TypeError(f"return_attn_probs=True returned {type(res).__name__}, not (out, softmax_lse, ...)")
         lse = res[1].detach().cpu().to(torch.float64).numpy().copy()  # lossless for every float dtype
-        return to_numpy(res[0].transpose(1, 2)), lse
+        return to_numpy(res[0].transpose(-3, -2)), lse
 
     def vjp(self, case: Case, grad_out: np.ndarray):
         from implementations._torch import to_numpy
@@ -156,7 +158,7 @@ class FlashAttnFunctionAdapter(TorchFunctionAdapter):
         q, k, v = self._qkv(case, requires_grad=True)
         out = self._out(self._call(case, q, k, v))
         out.backward(_bthd(grad_out, self.device))
-        return tuple(to_numpy(t.grad.transpose(1, 2)) for t in (q, k, v))
+        return tuple(to_numpy(t.grad.transpose(-3, -2)) for t in (q, k, v))
 
 
 # -- variable lengths: flash_attn_varlen_func ------------------------------------------------------
@@ -165,10 +167,18 @@ FLASH_ATTN_VARLEN_DEFAULTS = FLASH_ATTN_DEFAULTS.replace(
 )
 
 
+def _own_lengths(x: np.ndarray, given: np.ndarray | None) -> np.ndarray:
+    """The sequence lengths of ``x`` [B, H, L, D]: ``given`` (the case's), else L for each of its own B
+    sequences. Its own B and L, not the case's: a key whose batch or length differs from the query's (a
+    precondition clause's bad input) is packed as what it is, and the cumulative lengths say so."""
+    if given is not None:
+        return np.asarray(given, dtype=np.int64)
+    shape = np.shape(x)
+    return np.full(shape[-4] if len(shape) >= 4 else 1, shape[-2], dtype=np.int64)
+
+
 def _lengths(case: Case) -> tuple[np.ndarray, np.ndarray]:
-    tq = np.full(case.B, case.T) if case.seqlens_q is None else np.asarray(case.seqlens_q, dtype=np.int64)
-    sk = np.full(case.B, case.S) if case.seqlens_k is None else np.asarray(case.seqlens_k, dtype=np.int64)
-    return tq, sk
+    return _own_lengths(case.query, case.seqlens_q), _own_lengths(case.key, case.seqlens_k)
 
 
 def _cu(lengths: np.ndarray) -> np.ndarray:
@@ -176,9 +186,16 @@ def _cu(lengths: np.ndarray) -> np.ndarray:
 
 
 def _packed(x: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """[B, H, L, D] -> [total, H, D]: the first lengths[b] positions of each sequence, back to back."""
-    parts = [np.swapaxes(np.asarray(x)[b, :, :n], 0, 1) for b, n in enumerate(lengths)]
-    return np.ascontiguousarray(np.concatenate(parts, axis=0))
+    """[B, H, L, D] -> [total, H, D]: the first lengths[b] positions of each sequence (axis -4), back to back.
+    Axes ahead of the batch stay (a 5-D key packs to 4-D), and an array without one is one sequence: an
+    array of another rank reaches the function in another rank, for the function to refuse."""
+    x = np.asarray(x)
+    if x.ndim < 4:
+        x = x[None]
+    parts = [np.swapaxes(x[..., b, :, :n, :], -3, -2) for b, n in enumerate(lengths)]
+    if not parts:  # no sequence at all (B = 0): an empty packed array, for the function to answer
+        return np.zeros((*x.shape[:-4], 0, x.shape[-3], x.shape[-1]), dtype=x.dtype)
+    return np.ascontiguousarray(np.concatenate(parts, axis=-3))
 
 
 def _unpacked(x: np.ndarray, lengths: np.ndarray, L: int) -> np.ndarray:
@@ -212,7 +229,7 @@ class FlashAttnVarlenFunctionAdapter(FlashAttnFunctionAdapter):
         tq, sk = _lengths(case)
         q = to_torch(_packed(case.query, tq), self.device, requires_grad)
         k = to_torch(_packed(case.key, sk), self.device, requires_grad)
-        v = to_torch(_packed(case.value, sk), self.device, requires_grad)
+        v = to_torch(_packed(case.value, _own_lengths(case.value, case.seqlens_k)), self.device, requires_grad)
         cu_q, cu_k = (to_torch(_cu(n), self.device) for n in (tq, sk))
         return (q, k, v, cu_q, cu_k, int(tq.max(initial=0)), int(sk.max(initial=0))), tq, sk
 

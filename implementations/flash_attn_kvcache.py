@@ -38,46 +38,70 @@ FLASH_ATTN_KVCACHE_DEFAULTS = FLASH_ATTN_DEFAULTS.replace(
 FILLER = 1.0e3  # magnitude of what sits in cache slots no sequence owns
 
 
+def _whole(x: np.ndarray) -> np.ndarray:
+    """[.., H, S, D] -> [.., S, H, D], contiguous: an array as a cache every slot of which is a key."""
+    return np.ascontiguousarray(np.swapaxes(np.asarray(x), -3, -2))
+
+
 def lowered_cache(case: Case, form: CacheForm) -> dict[str, Any]:
     """The case's keys and values in ``form`` as NumPy arrays: ``k_cache``, ``v_cache``, ``k``, ``v``
-    (None without append), ``cache_seqlens`` int32 [B], ``block_table`` int32 [B, max_blocks] or None."""
-    sk = np.full(case.B, case.S) if case.seqlens_k is None else np.asarray(case.seqlens_k, dtype=np.int64)
+    (None without append), ``cache_seqlens`` int32 [B], ``block_table`` int32 [B, max_blocks] or None.
+
+    Each cache is built from its own array's batch, length, heads, feature dim and dtype, so that a key
+    and a value that differ in any (a precondition clause's bad input) reach the function as caches that
+    differ so, for the function to refuse; a key or value that is not 4-D is handed over as the whole
+    contiguous cache, in its own rank. For a valid case the two coincide and nothing changes."""
+    key, value = np.asarray(case.key), np.asarray(case.value)
+    if key.ndim != 4 or value.ndim != 4:
+        lead = key.shape[-4] if key.ndim >= 4 else 1
+        lens = np.full(lead, key.shape[-2], dtype=np.int32)
+        return {"k_cache": _whole(key), "v_cache": _whole(value), "k": None, "v": None, "cache_seqlens": lens,
+                "block_table": None}  # fmt: skip
+
+    def lengths(x: np.ndarray) -> np.ndarray:
+        given = case.seqlens_k
+        return np.full(x.shape[0], x.shape[2]) if given is None else np.asarray(given, dtype=np.int64)
+
+    sk, sv = lengths(key), lengths(value)
     new = int(form.append)
     if new and (sk < new).any():
         raise ValueError(f"append={new} is more than a sequence's key length {sk.tolist()}")
     rng = np.random.default_rng(np.random.SeedSequence([form.seed, 7]))
-    key = np.swapaxes(np.asarray(case.key), 1, 2)  # [B, S, Hkv, D]
-    value = np.swapaxes(np.asarray(case.value), 1, 2)
-    dt = key.dtype
+    key, value = _whole(key), _whole(value)  # [B, S, Hkv, D]
 
-    def filler(shape: tuple[int, ...]) -> np.ndarray:
-        return (rng.standard_normal(shape) * FILLER).astype(dt)
+    def filler(shape: tuple[int, ...], like: np.ndarray) -> np.ndarray:
+        return (rng.standard_normal(shape) * FILLER).astype(like.dtype)
 
     page = form.page_size
+    if page is not None and (key.shape[:3] != value.shape[:3] or (sk != sv).any()):
+        page = None  # no one block table holds a key and a value of different batch, length or heads
     capacity = max(int(sk.max(initial=0)), 1)
+    capacity_v = max(int(sv.max(initial=0)), 1)
     if page is not None:
-        capacity = -(-capacity // page) * page
-    kc = filler((case.B, capacity, case.Hkv, case.Dk))
-    vc = filler((case.B, capacity, case.Hkv, case.Dv))
-    for b in range(case.B):
-        n = int(sk[b]) - new
-        kc[b, :n], vc[b, :n] = key[b, :n], value[b, :n]
+        capacity = capacity_v = -(-capacity // page) * page
+    kc = filler((key.shape[0], capacity, *key.shape[2:]), key)
+    vc = filler((value.shape[0], capacity_v, *value.shape[2:]), value)
+    for b in range(key.shape[0]):
+        kc[b, : int(sk[b]) - new] = key[b, : int(sk[b]) - new]
+    for b in range(value.shape[0]):
+        vc[b, : int(sv[b]) - new] = value[b, : int(sv[b]) - new]
     out: dict[str, Any] = {"cache_seqlens": (sk - new).astype(np.int32), "block_table": None}
     if new:
-        out["k"] = np.ascontiguousarray(np.stack([key[b, sk[b] - new : sk[b]] for b in range(case.B)]))
-        out["v"] = np.ascontiguousarray(np.stack([value[b, sk[b] - new : sk[b]] for b in range(case.B)]))
+        out["k"] = np.ascontiguousarray(np.stack([key[b, sk[b] - new : sk[b]] for b in range(key.shape[0])]))
+        out["v"] = np.ascontiguousarray(np.stack([value[b, sv[b] - new : sv[b]] for b in range(value.shape[0])]))
     else:
         out["k"] = out["v"] = None
     if page is None:
         out["k_cache"], out["v_cache"] = kc, vc
         return out
     per_seq = capacity // page
-    n_blocks = 1 + case.B * per_seq  # block 0: the null block
+    n_seq = key.shape[0]  # the key's sequences, each a row of the table (the query's count, for a valid case)
+    n_blocks = 1 + n_seq * per_seq  # block 0: the null block
     ids = rng.permutation(np.arange(1, n_blocks))
-    table = np.zeros((case.B, per_seq), dtype=np.int32)
-    kp = filler((n_blocks, page, case.Hkv, case.Dk))
-    vp = filler((n_blocks, page, case.Hkv, case.Dv))
-    for b in range(case.B):
+    table = np.zeros((n_seq, per_seq), dtype=np.int32)
+    kp = filler((n_blocks, page, *key.shape[2:]), key)
+    vp = filler((n_blocks, page, *value.shape[2:]), value)
+    for b in range(n_seq):
         used = -(-int(sk[b]) // page)  # pages this sequence needs, the appended keys included
         for p in range(used):
             blk = int(ids[b * per_seq + p])
@@ -112,7 +136,7 @@ class FlashAttnKVCacheFunctionAdapter(TorchFunctionAdapter):
             raise NotApplicable("the kvcache signature has dense queries: no per-sequence query lengths")
         form = case.kv_form or CacheForm()
         parts = lowered_cache(case, form)
-        q = to_torch(np.ascontiguousarray(np.swapaxes(case.query, 1, 2)), self.device)
+        q = to_torch(_whole(case.query), self.device)  # [B, T, H, D]; another rank stays that rank
         kwargs: dict[str, Any] = {
             "cache_seqlens": to_torch(parts["cache_seqlens"], self.device),
             "softmax_scale": case.scale,
@@ -138,7 +162,7 @@ class FlashAttnKVCacheFunctionAdapter(TorchFunctionAdapter):
 
         res = self._call(case, want_lse=False)
         out = res[0] if isinstance(res, (tuple, list)) else res
-        return to_numpy(out.transpose(1, 2))
+        return to_numpy(out.transpose(-3, -2))
 
     def forward_with_lse(self, case: Case) -> tuple[np.ndarray, np.ndarray]:
         import torch
@@ -148,4 +172,4 @@ class FlashAttnKVCacheFunctionAdapter(TorchFunctionAdapter):
         res = self._call(case, want_lse=True)
         if not isinstance(res, (tuple, list)) or len(res) < 2:
             raise TypeError(f"return_softmax_lse=True returned {type(res).__name__}, not (out, softmax_lse)")
-        return to_numpy(res[0].transpose(1, 2)), res[1].detach().cpu().to(torch.float64).numpy().copy()
+        return to_numpy(res[0].transpose(-3, -2)), res[1].detach().cpu().to(torch.float64).numpy().copy()

@@ -74,6 +74,48 @@ def _round_to(p: np.ndarray, kind: Any) -> np.ndarray:
     return p
 
 
+_FLOATS = frozenset({"float16", "bfloat16", "float32", "float64"})
+
+
+def _dtype(x: Any) -> str:
+    """The dtype of a torch tensor or NumPy array by its name ("float16", "bfloat16", "int32", ...)."""
+    dtype = x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype
+    return str(dtype).removeprefix("torch.")
+
+
+def _check_arrays(rank: int, layout: str, **arrays: Any) -> list[tuple[int, ...]]:
+    """The inputs' shapes, after refusing what FlashAttention's own checks refuse before a kernel runs
+    (``TORCH_CHECK`` in its C++ entry points), here as ValueError / TypeError like the NumPy default kernel's:
+    each array of ``rank`` dims, floating point, all of one dtype. Checked before anything is read or
+    written, so a bad input can neither index past an array nor fill a cache."""
+    for name, x in arrays.items():
+        if len(x.shape) != rank:
+            raise ValueError(f"{name} must be {rank}-D {layout}, got shape {tuple(x.shape)}")
+    dtypes = {name: _dtype(x) for name, x in arrays.items()}
+    if any(d not in _FLOATS for d in dtypes.values()):
+        raise TypeError(f"inputs must be floating point (float16, bfloat16, float32, float64), got {dtypes}")
+    if len(set(dtypes.values())) > 1:
+        raise TypeError(f"inputs must share one dtype, got {dtypes}")
+    return [tuple(int(n) for n in x.shape) for x in arrays.values()]
+
+
+def _check_heads(H: int, Hkv: int, Hv: int, D: int, Dk: int) -> None:
+    """Key and value heads agree, the query's heads are a multiple of them, Q and K share the feature dim."""
+    if Hv != Hkv:
+        raise ValueError(f"k and v must have the same number of heads, got {Hkv} and {Hv}")
+    if Hkv == 0 or H % Hkv:
+        raise ValueError(f"number of query heads {H} must be divisible by the number of kv heads {Hkv}")
+    if Dk != D:
+        raise ValueError(f"q and k must have the same head dim, got {D} and {Dk}")
+
+
+def _check_dropout(dropout_p: float) -> None:
+    if not 0.0 <= dropout_p <= 1.0:
+        raise ValueError(f"dropout_p must lie in [0, 1], got {dropout_p}")
+    if dropout_p:
+        raise NotImplementedError("this reference kernel has no dropout")
+
+
 def _head(qh, kh, vh, cols, rows, *, scale, softcap, left, right, slope, acc_t, kind, sink=None):
     """One (sequence, head): an online softmax over tiles of the key positions ``cols``, queries at
     positions ``rows`` on the same axis. Returns (out [T, Dv], lse [T]), -inf where no key is seen.
@@ -124,7 +166,7 @@ def _setup(kind, dtype, B, T, H, Hkv, D, Dv, softmax_scale, causal, window_size,
     dtype, the zeroed output and -inf lse, and ``options(b, h)``: the keyword arguments of :func:`_head`
     for one (sequence, head), i.e. scale, window, softcap, its ALiBi slope, dtype and the inputs' kind
     (one function, so that the two kernels cannot pass their heads different options)."""
-    if H % Hkv:
+    if Hkv == 0 or H % Hkv:
         raise ValueError(f"number of query heads {H} must be divisible by the number of kv heads {Hkv}")
     scale, left, right = _options(D, softmax_scale, causal, window_size)
     slopes = None
@@ -158,8 +200,13 @@ def flash_attn_func(
 ):
     """FlashAttention 2's forward in NumPy: q [B, T, H, D], k and v [B, S, Hkv, D]; ``sinks`` [H]
     (not FA2's argument: FlashInfer's and FA3's) one logit per query head in every row's denominator."""
-    if dropout_p:
-        raise NotImplementedError("this reference kernel has no dropout")
+    (B, T, H, D), (Bk, S, Hkv, Dk), (Bv, Sv, Hv, _) = _check_arrays(4, "[B, L, H, D]", q=q, k=k, v=v)
+    if Bk != B or Bv != B:
+        raise ValueError(f"q, k and v must have the same batch size, got {B}, {Bk} and {Bv}")
+    if Sv != S:
+        raise ValueError(f"k and v must have the same length, got {S} and {Sv}")
+    _check_heads(H, Hkv, Hv, D, Dk)
+    _check_dropout(dropout_p)
     qn, kind = _as_numpy(q)
     kn, _ = _as_numpy(k)
     vn, _ = _as_numpy(v)
@@ -239,24 +286,44 @@ def flash_attn_with_kvcache(
     not implemented."""
     if rotary_cos is not None or rotary_sin is not None or cache_batch_idx is not None or cache_leftpad is not None:
         raise NotImplementedError("this reference kernel has no rotary, cache_batch_idx or cache_leftpad")
-    qn, kind = _as_numpy(q)
-    B, T, H, D = qn.shape
-    page = int(k_cache.shape[1])
+    new_kv = {} if k is None and v is None else {"k": k, "v": v}
+    if (k is None) != (v is None):
+        raise ValueError("k and v must be given together")
+    shapes = _check_arrays(4, "[B, L, H, D]", q=q, k_cache=k_cache, v_cache=v_cache, **new_kv)
+    (B, T, H, D), (Bc, page, Hkv, Dk), (Bvc, page_v, Hv, Dv) = shapes[:3]
+    if (Bvc, page_v) != (Bc, page):
+        raise ValueError(f"k_cache and v_cache must have the same batch and length, got {(Bc, page)}, {(Bvc, page_v)}")
+    _check_heads(H, Hkv, Hv, D, Dk)
     table = None if block_table is None else np.asarray(_as_numpy(block_table)[0], dtype=np.int64)
+    if table is None and Bc != B:
+        raise ValueError(f"k_cache must hold one cache per sequence: batch {Bc} against q's {B}")
+    if table is not None and (table.ndim != 2 or table.shape[0] != B):
+        raise ValueError(f"block_table must be [B, max_blocks] with B = {B}, got shape {table.shape}")
+    if table is not None and table.size and (table.min() < 0 or table.max() >= Bc):
+        raise ValueError(f"block_table must name blocks 0 .. {Bc - 1} of the paged caches")
+    if new_kv:
+        (Bn, new, Hn, Dn), (Bnv, new_v, Hnv, Dnv) = shapes[3:]
+        if (Bn, Hn, Dn) != (B, Hkv, D) or (Bnv, new_v, Hnv, Dnv) != (B, new, Hkv, Dv):
+            raise ValueError(f"k and v must be [B, T_new, Hkv, D] like the caches, got {shapes[3]} and {shapes[4]}")
     if cache_seqlens is None:
         lens = np.full(B, page if table is None else table.shape[1] * page)
     elif isinstance(cache_seqlens, int):
         lens = np.full(B, cache_seqlens)
     else:
-        lens = np.asarray(_as_numpy(cache_seqlens)[0], dtype=np.int64).reshape(B)
-    new = 0
-    if k is not None:
-        new = int(k.shape[1])
+        lens = np.asarray(_as_numpy(cache_seqlens)[0], dtype=np.int64)
+        if lens.shape != (B,):
+            raise ValueError(f"cache_seqlens must be [B] with B = {B}, got shape {lens.shape}")
+    capacity = page if table is None else table.shape[1] * page
+    new = int(k.shape[1]) if new_kv else 0
+    if (lens < 0).any() or (lens + new > capacity).any():
+        raise ValueError(f"cache_seqlens {lens.tolist()} plus {new} new keys must fit a cache of {capacity} slots")
+    if new:
         for b in range(B):
             for t in range(new):
                 row, slot = _slot(int(lens[b]) + t, b, table, page)
                 k_cache[row, slot] = k[b, t]
                 v_cache[row, slot] = v[b, t]
+    qn, kind = _as_numpy(q)
     kc, _ = _as_numpy(k_cache)
     vc, _ = _as_numpy(v_cache)
     Hkv, Dv = kc.shape[2], vc.shape[3]
@@ -312,12 +379,22 @@ def flash_attn_varlen_func(
     """FlashAttention 2's varlen forward: q [total_q, H, D], k and v [total_k, Hkv, D] packed back to
     back, int32 cumulative lengths [B + 1]; each sequence is run on its own by :func:`flash_attn_func`
     (so its causal / window / ALiBi positions are its own). lse [H, total_q]."""
+    (total_q, H, D), (total_k, Hkv, Dk), (total_v, Hv, _) = _check_arrays(3, "[total, H, D]", q=q, k=k, v=v)
+    cq = np.asarray(_as_numpy(cu_seqlens_q)[0], dtype=np.int64)
+    ck = np.asarray(_as_numpy(cu_seqlens_k)[0], dtype=np.int64)
+    if cq.ndim != 1 or ck.ndim != 1 or len(cq) != len(ck) or len(cq) == 0:
+        raise ValueError(f"cu_seqlens_q and cu_seqlens_k must be [B + 1] for one B, got {cq.shape} and {ck.shape}")
+    for name, cu, total in (("cu_seqlens_q", cq, total_q), ("cu_seqlens_k", ck, total_k)):
+        if cu[0] != 0 or (np.diff(cu) < 0).any() or cu[-1] != total:
+            raise ValueError(f"{name} must rise from 0 to the packed length {total}, got {cu.tolist()}")
+    if total_v != total_k:
+        raise ValueError(f"k and v must have the same packed length, got {total_k} and {total_v}")
+    _check_heads(H, Hkv, Hv, D, Dk)
+    _check_dropout(dropout_p)
     qn, kind = _as_numpy(q)
     kn, _ = _as_numpy(k)
     vn, _ = _as_numpy(v)
-    cq = np.asarray(_as_numpy(cu_seqlens_q)[0], dtype=np.int64)
-    ck = np.asarray(_as_numpy(cu_seqlens_k)[0], dtype=np.int64)
-    B, H = len(cq) - 1, qn.shape[1]
+    B = len(cq) - 1
     slopes = None if alibi_slopes is None else np.broadcast_to(np.asarray(_as_numpy(alibi_slopes)[0]), (B, H))
     outs, lses = [], []
     for b in range(B):
