@@ -38,9 +38,18 @@ Measured on this build (torch 2.13.0+cpu, 2 threads; tests/test_adapter_declarat
 * CPU FLASH_ATTENTION refuses dropout ("Both fused kernels do not support non-zero dropout.") and
   Dk != Dv ("Flash attention requires q,k,v to have the same last dimension."); the default
   backend routes those cases to MATH (``torch._fused_sdp_choice`` reports 0 = math for dropout).
-* no input validation to speak of: a query batch of 1 against a key batch of 2 broadcasts (all
-  backends), and on the default/flash path a value with a different S than the key runs without
-  error. Hence ``validates_inputs=False``.
+* input validation (000 §8's preconditions, measured by calling F.scaled_dot_product_attention
+  directly, 2026-12-05): integer and mixed dtypes, a key feature dim or head count that does not fit
+  the query's, GQA heads without ``enable_gqa`` and masks that do not broadcast are refused
+  (RuntimeError). Two acceptances are torch's on purpose and declared (``accepts_invalid``): leading
+  batch dims are "any number of other batch dimensions" (its docstring's shape legend, ``(N, ...,
+  Hq, L, E)``) and broadcast as the documented equivalent code's ``query @ key.transpose(-2, -1)``
+  does: a 5-D key [1, 2, 2, 5, 8] against a 4-D query gives a 5-D output, a 3-D query or a key and
+  value of batch 1 are read for every batch item (on MATH equal to the same call with the inputs
+  expanded, difference 0.0); the fused kernels decline both ("To broadcast dense inputs, try using
+  unsqueeze and expand_to before passing them into the kernel"). Two are bugs, in
+  implementations/expectations/: the default and FLASH paths run a value shorter than the key
+  (MATH refuses it), and MATH takes ``dropout_p=-0.1`` as no dropout.
 * a forced backend's refusal ("No available kernel") is raised as ``NotApplicable`` only when the
   MATH backend takes the same inputs; when MATH rejects them too (6 query heads against 4 kv heads)
   the inputs are invalid, and torch's RuntimeError is kept: a rejection, not a refusal.
@@ -332,13 +341,17 @@ _CPU = Declaration(
     mask_sense="attend",
     masks_combined=True,  # sdpa_kwargs: a boolean mask and an additive M become one attn_mask
     gqa_flag=True,  # enable_gqa
+    # torch's documented leading batch dims, broadcast as its equivalent code's `@` does (the module docstring)
+    accepts_invalid=frozenset({"rank", "batch"}),
     batch_invariant=True,
     notes=(
         "torch 2.13 CPU, backend chosen by torch (flash for most cases; math for dropout and "
         "Dk != Dv). Measured: all-blocked rows (bool or all -inf float mask) -> zeros with finite "
         "grads; is_causal top-left when T != S; GQA head h -> kv head h // (Hq/Hkv); bitwise "
         "repeatable and batch invariant. Causal + mask is combined into one top-left mask by the "
-        "adapter (torch refuses both together). Masks of rank < 2 crash this path (IndexError)."
+        "adapter (torch refuses both together). Masks of rank < 2 crash this path (IndexError). Accepts on purpose "
+        "(declared): leading batch dims of any number ((N, ..., Hq, L, E)), broadcast like its equivalent code's "
+        "query @ key^T (a 3-D query, a 5-D key, a key and value of batch 1 against 2)."
     ),
 )
 
@@ -370,7 +383,9 @@ cpu_flash = _forced(
         "all four dtypes, bool and "
         "float masks, GQA, head dims up to 1024; refuses dropout ('Both fused kernels do not "
         "support non-zero dropout.') and Dk != Dv; refusals are raised as NotApplicable with "
-        "torch's reason. Zeros for all-blocked rows, top-left causal, repeatable, batch invariant. "
+        "torch's reason, so are the leading batch dims torch accepts on purpose (a 3-D query, a 5-D key, a key "
+        "batch of 1 against 2: 'All fused kernels requires query, key and value to be 4 dimensional'). "
+        "Zeros for all-blocked rows, top-left causal, repeatable, batch invariant. "
         "Peak extra memory of a forward grows linearly in S at T = S (MEM-SCALING-01: exponent ~0.3 "
         "from 512 to 2048, against 2 for a materialised T x S matrix)."
     ),
