@@ -7,9 +7,10 @@ self.scaling)`` with [B, H, T, D] tensors (key and value with the model's kv hea
 (output [B, T, H, D], weights or None). ``self`` is the attention module; the functions read
 ``num_key_value_groups``, ``training`` and (sdpa) ``is_causal`` from it, so a small ``nn.Module``
 with exactly those attributes stands in for it (:class:`LlamaLikeModule`). The output is transposed
-back to the contract's [B, H, T, D]. ``dropout`` is passed only for a case that has it, with
-``training=True`` (Llama passes ``0.0`` in eval); torch's generator is seeded from the case before
-every call, so forward and backward draw the same dropout mask.
+back to the contract's [B, H, T, D]. ``dropout`` is passed for any ``dropout_p`` but 0, with
+``training=True`` (Llama passes ``0.0`` in eval), so an invalid probability reaches the function;
+torch's generator is seeded from the case before every call, so forward and backward draw the same
+dropout mask.
 
 Each adapter builds the ``attention_mask`` the way transformers builds one for its function
 (hf_eager.py: additive 0 / finfo.min; hf_sdpa.py: boolean, True = attend), 4-D as a model's masks
@@ -89,10 +90,14 @@ class HFAttention:
     def _call(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         if self._fn is None:
             self.unavailable_reason()
-        groups = case.Hq // case.Hkv if case.Hkv and case.Hq % case.Hkv == 0 else 1
-        module = LlamaLikeModule(groups, is_causal=bool(case.is_causal), training=case.dropout_p > 0)
+        # LlamaAttention's own arithmetic (num_attention_heads // num_key_value_heads), whatever the ratio: a
+        # head count that is not a multiple reaches the function as a model configured so would hand it over.
+        groups = case.Hq // case.Hkv if case.Hkv else 1
+        # Any dropout_p but 0 is passed, in training mode, as Llama passes attention_dropout while training: an
+        # invalid probability (-0.1) reaches the function, which is what must meet it.
+        module = LlamaLikeModule(groups, is_causal=bool(case.is_causal), training=bool(case.dropout_p))
         scaling = case.effective_scale
-        kwargs = {"dropout": float(case.dropout_p)} if case.dropout_p > 0 else {}
+        kwargs = {"dropout": float(case.dropout_p)} if case.dropout_p else {}
         mask = self._attention_mask(case, q.dtype)
         if mask is not None and mask.ndim < 4:  # a model's masks are 4-D, [B, 1, T, S] (masking_utils)
             mask = mask.reshape((1,) * (4 - mask.ndim) + tuple(mask.shape))

@@ -28,6 +28,15 @@ D = 48, two scales, each dtype). The mask adds ``finfo(dtype).min`` to blocked s
 where the fill swamps them), its gradient passes to dQ and dK (measured: d(row)/dq = [0.598, 0.279,
 -0.486], 0 under -inf), and in float64 ``finfo(float64).min`` is -inf in the float32 softmax, so such a
 row is NaN (measured: row [nan, nan, nan]; float32: the mean of V).
+
+Input validation (000 §8's preconditions), measured by calling ``eager_attention_forward`` directly
+(2026-12-05): the function checks nothing itself; torch's ops refuse mixed dtypes, a key/value length
+or feature dim that does not fit, and ``F.dropout`` refuses ``dropout`` outside [0, 1] (ValueError). A key
+and value of batch 1 against a query batch of 2 broadcast through ``torch.matmul`` (equal to the call
+with them expanded, difference 0.0): transformers means its attention functions to take a broadcast
+batch (``sdpa_attention_forward``: "SDPA broadcasts it (e.g. learned queries with batch 1)"), so that
+is declared (``accepts_invalid``). A 3-D query, integer inputs and a 5-D mask are answered too, none of
+it on purpose: implementations/expectations/hf-eager.toml.
 """
 
 from __future__ import annotations
@@ -84,13 +93,15 @@ hf_eager = _hf.HFAttention(
         blocked_fill="add:min",
         mask_sense="attend",  # masking_utils' boolean masks, before eager_mask makes them additive
         causal_with_mask=False,
+        accepts_invalid=frozenset({"batch"}),  # a broadcast batch, as transformers' attention functions take one
         backend="hf-eager",
         notes=(
             "transformers 5.24 eager_attention_forward (Llama) with a Llama-like module; mask 0 / finfo.min as "
             "masking_utils.eager_mask builds it, causal from masking_utils.sdpa_mask (top-left). Measured: bool rows "
             "all blocked -> mean of V, -inf rows -> NaN; softmax in float32 (float64 at float32 level); repeat_kv GQA. "
             "Formulation (bitwise, V = I): float16/bfloat16 Q K^T rounded, scaled in the input dtype; finfo.min "
-            "added to blocked scores (float64: -inf in the float32 softmax, rows blocked entirely NaN)."
+            "added to blocked scores (float64: -inf in the float32 softmax, rows blocked entirely NaN). Accepts on "
+            "purpose (declared): a key and value of batch 1 against a query batch of 2, broadcast by torch.matmul."
         ),
     ),
     _load,

@@ -15,6 +15,14 @@ rows all blocked give zeros (torch's SDPA), with a boolean mask or all ``-inf``;
 (with T < S the function crops the keys to the first T, equivalent); GQA through ``enable_gqa`` or
 ``repeat_kv``; float64 in float64; dropout through torch's SDPA. ``is_causal`` is dropped when an
 ``attention_mask`` is given and when T = 1 (see implementations/expectations/hf-sdpa.toml).
+
+Input validation (000 §8's preconditions), measured by calling ``sdpa_attention_forward`` directly
+(2026-12-05): what torch's SDPA refuses is refused (integer and mixed dtypes, heads, feature dims,
+masks that do not broadcast; ``dropout=-0.1`` by the flash kernel the default backend takes). A key
+and value of batch 1 against a query batch of 2 are answered on purpose (equal to the call with them
+expanded, to 4e-16): the function takes its output's batch from torch "as SDPA broadcasts it (e.g.
+learned queries with batch 1)", its own comment; declared (``accepts_invalid``). A 5-D key and K/V of
+different lengths are answered too, by accident: implementations/expectations/hf-sdpa.toml.
 """
 
 from __future__ import annotations
@@ -52,11 +60,13 @@ hf_sdpa = _hf.HFAttention(
         masks_combined=True,
         mask_sense="attend",
         causal_with_mask=True,
+        accepts_invalid=frozenset({"batch"}),  # the function broadcasts the batch on purpose (its own comment)
         backend="hf-sdpa",
         notes=(
             "transformers 5.24 sdpa_attention_forward with a Llama-like module (is_causal from the case), boolean "
             "mask True = attend as masking_utils.sdpa_mask builds it. Measured: zeros on blocked rows, top-left "
-            "causal, GQA, float64 kept; is_causal dropped with a mask and at T = 1."
+            "causal, GQA, float64 kept; is_causal dropped with a mask and at T = 1. Accepts on purpose (declared): "
+            "a key and value of batch 1 against a query batch of 2, which torch's SDPA broadcasts."
         ),
     ),
     _load,
