@@ -21,6 +21,13 @@ boolean mask give the mean of V, all ``-inf`` rows NaN; ``"causal"`` bottom-righ
 at float32 level (MLX's softmax "is performed in float32 regardless of the input precision").
 No dropout argument.
 
+Input validation (000 §8's preconditions; ``mx.fast.scaled_dot_product_attention`` called directly,
+2026-12-05): inputs that are not 4-D, integer inputs, a batch, head count, feature dim or K/V length
+that does not fit and masks that do not broadcast are refused with MLX's ValueError. Q, K and V of
+different float dtypes are computed in their promoted type on purpose: its docstring speaks of "the
+promoted type of ``q``, ``k``, and ``v``" (measured: a float32 query with a float64 key gives a float64
+output, with a float16 key a float32 one); declared ``accepts_invalid``.
+
 Its formulation (declared; conformance/oracle_formulations.py), reproduced by calling
 ``mx.fast.scaled_dot_product_attention`` directly with V = I (the weights themselves): for float16
 and bfloat16 it multiplies Q by the scale *as a number of the input dtype* (``scale_applied=query``),
@@ -107,7 +114,7 @@ class MlxAttention:
         return None
 
     def _inputs(self, case: Case):
-        if case.dropout_p > 0:
+        if case.dropout_p:  # any but 0, an invalid -0.1 too: dropped, it would answer a call nobody made
             raise NotApplicable("mx.fast.scaled_dot_product_attention has no dropout")
         q, k, v = (_to_mx(x) for x in (case.query, case.key, case.value))
         only_causal = case.is_causal and case.mask is None and case.bias is None
@@ -155,13 +162,15 @@ mlx_cpu = MlxAttention(
         blocked_fill="set:min",
         mask_sense="attend",
         causal_with_mask=False,
+        accepts_invalid=frozenset({"mixed-dtype"}),  # q, k, v computed in their promoted type, as MLX documents
         backend="mlx-fast",
         notes=(
             "mlx 0.32 mx.fast.scaled_dot_product_attention on mx.cpu, backward by mx.vjp. Measured: bool rows all "
             "blocked -> mean of V, -inf rows -> NaN; 'causal' bottom-right (folded into a given mask, bottom-right); "
             "float64 at float32 level (float32 softmax); native GQA; sinks; no dropout. Formulation (bitwise, "
             "V = I): float16/bfloat16 Q times the scale in the input dtype, Q K^T rounded to it, blocked keys "
-            "set to finfo(dtype).min."
+            "set to finfo(dtype).min. Accepts on purpose (declared): q, k, v of different float dtypes, computed in "
+            "their promoted type."
         ),
     ),
 )
