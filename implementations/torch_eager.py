@@ -107,7 +107,7 @@ class TorchEagerAdapter:
         if case.dropout_p:  # only then: without dropout the caller's generator is left alone
             manual_seed(case.seed)
         return scaled_dot_product_attention(
-            q, k, v, blocked_mask=self._mask(case), dropout_p=case.dropout_p, training=case.dropout_p > 0
+            q, k, v, blocked_mask=self._mask(case), dropout_p=case.dropout_p, training=bool(case.dropout_p)
         )
 
     def forward_with_weights(self, case: Case) -> tuple[np.ndarray, np.ndarray]:
