@@ -36,6 +36,7 @@ from __future__ import annotations
 import numpy as np
 
 from conformance.contract import Case, Declaration, capabilities, np_dtype
+from tests.mutants import validate_article
 
 
 def _to(x: np.ndarray, fmt: str | None) -> np.ndarray:
@@ -166,6 +167,7 @@ class FormulationKernel:
         return self._lowp(case) or fmt
 
     def forward(self, case: Case) -> np.ndarray:
+        validate_article(case)
         work, fmt, q, k, v, scale, s = self._scores(case)
         pf = self._p_format(case, fmt)
         if self.blocks > 1:
@@ -202,6 +204,7 @@ class FormulationKernel:
 
     def vjp(self, case: Case, grad_out: np.ndarray):
         """Autograd's backward of the forward above (each rounding's derivative 1)."""
+        validate_article(case)
         work, fmt, q, k, v, scale, s = self._scores(case)
         lowp = self._lowp(case)
         pf = self._p_format(case, fmt)

@@ -29,6 +29,30 @@ def mutant(name: str) -> Callable[[type], type]:
     return register
 
 
+def validate_article(case: Case) -> None:
+    """000 §8's preconditions as the article raises them (its exception types and messages)."""
+    q, k, v = (np.asarray(x) for x in (case.query, case.key, case.value))
+    if any(x.ndim != 4 for x in (q, k, v)):
+        raise ValueError("Q、K、V 必须是四维张量")
+    if q.dtype.kind != "f" and q.dtype != np_dtype("bfloat16"):
+        raise TypeError("Q、K、V 必须为浮点张量")
+    if any(x.dtype != q.dtype for x in (k, v)):
+        raise ValueError("Q、K、V 必须使用相同的 dtype 和 device")
+    b, h, _, d_k = q.shape
+    if (
+        k.shape[0] != b
+        or v.shape[:2] != k.shape[:2]
+        or h % max(k.shape[1], 1)
+        or k.shape[3] != d_k
+        or k.shape[2] != v.shape[2]
+    ):
+        raise ValueError("Q/K 特征维、K/V 长度和 batch/head 维度必须匹配")
+    if min(*q.shape, *k.shape, *v.shape) <= 0:
+        raise ValueError("各维度必须为正")
+    if not 0.0 <= case.dropout_p <= 1.0:
+        raise ValueError("dropout_p 必须位于 [0, 1]")
+
+
 class BaseKernel:
     """A correct kernel with hooks; declares every feature so that every clause applies."""
 
@@ -55,26 +79,7 @@ class BaseKernel:
     # -- hooks -----------------------------------------------------------------------------------
     def validate(self, case: Case) -> None:
         """The article's checks (000 §8), its exception types and messages, since validates_inputs=True."""
-        q, k, v = (np.asarray(x) for x in (case.query, case.key, case.value))
-        if any(x.ndim != 4 for x in (q, k, v)):
-            raise ValueError("Q、K、V 必须是四维张量")
-        if q.dtype.kind != "f" and q.dtype != np_dtype("bfloat16"):
-            raise TypeError("Q、K、V 必须为浮点张量")
-        if any(x.dtype != q.dtype for x in (k, v)):
-            raise ValueError("Q、K、V 必须使用相同的 dtype 和 device")
-        b, h, _, d_k = q.shape
-        if (
-            k.shape[0] != b
-            or v.shape[:2] != k.shape[:2]
-            or h % max(k.shape[1], 1)
-            or k.shape[3] != d_k
-            or k.shape[2] != v.shape[2]
-        ):
-            raise ValueError("Q/K 特征维、K/V 长度和 batch/head 维度必须匹配")
-        if min(*q.shape, *k.shape, *v.shape) <= 0:
-            raise ValueError("各维度必须为正")
-        if not 0.0 <= case.dropout_p <= 1.0:
-            raise ValueError("dropout_p 必须位于 [0, 1]")
+        validate_article(case)
 
     def work(self, case: Case):
         return np.float64 if case.dtype == "float64" else np.float32

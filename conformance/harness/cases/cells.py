@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from conformance.contract import Case, Declaration
+from conformance.harness.cases import preconditions
 from conformance.harness.cases.space import MASK_FORMS
 from conformance.harness.cases.space import TAIL_LENGTHS as _TAIL_LENGTHS
 
@@ -152,6 +153,8 @@ def shape_classes(case: Case) -> list[str]:
 
 def cells_of(case: Case) -> list[str]:
     """Every (feature, shape class) cell ``case`` falls in, as "feature × class" strings."""
+    if preconditions.broken(case):  # a bad input of a precondition clause is in no cell of the valid space
+        return []
     try:
         feats, classes = features_of(case), shape_classes(case)
     except Exception:  # noqa: BLE001 - a malformed case (a bad-input clause's) is in no cell
