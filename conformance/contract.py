@@ -226,6 +226,8 @@ PRECONDITIONS: tuple[str, ...] = (
 #   "grad_mode"      the forward's autograd context: no_grad, grad enabled, inference mode
 #   "backward"       a second backward over the same graph (Presentation.backward)
 #   "default_dtype"  the process's default float dtype during the call (Presentation.default_dtype)
+#   "threads"        torch's intra-op thread count during the call (Presentation.threads)
+#   "bias_dtype"     the dtype a half-precision case's additive M reaches the kernel in (Presentation.bias_dtype)
 PRESENTATION_ATTRIBUTES: tuple[str, ...] = (
     "memory",
     "identity",
@@ -233,6 +235,8 @@ PRESENTATION_ATTRIBUTES: tuple[str, ...] = (
     "grad_mode",
     "backward",
     "default_dtype",
+    "threads",
+    "bias_dtype",
 )
 GradMode = Literal["no_grad", "grad", "inference"]
 GRAD_MODES: tuple[str, ...] = ("no_grad", "grad", "inference")
@@ -263,6 +267,12 @@ class Presentation:
     grad_mode: GradMode = "no_grad"
     backward: BackwardCalls = "once"
     default_dtype: str | None = None
+    # The call made with torch's intra-op thread count at this number (restored after): a kernel that
+    # splits its work by thread count must give the same answer with one thread as with three.
+    threads: int | None = None
+    # The dtype a float16 / bfloat16 case's additive M reaches the kernel in: "query" (the input dtype),
+    # "float32" (exact, as torch's SDPA also takes it); None: the adapter's own choice.
+    bias_dtype: str | None = None
 
     def __post_init__(self) -> None:
         if self.requires_grad is not None:
@@ -277,6 +287,10 @@ class Presentation:
             raise ValueError(f"backward={self.backward!r}; 'once' or 'twice'")
         if self.default_dtype not in (None, "float32", "float64"):
             raise ValueError(f"default_dtype={self.default_dtype!r}; None, 'float32' or 'float64'")
+        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
+            raise ValueError(f"threads={self.threads!r}; None or a count >= 1")
+        if self.bias_dtype not in (None, "query", "float32"):
+            raise ValueError(f"bias_dtype={self.bias_dtype!r}; None, 'query' or 'float32'")
 
     def asked(self, direction: str) -> frozenset[str]:
         """The inputs that ask for a gradient in a call of ``direction`` ("forward" or "vjp")."""
@@ -294,6 +308,10 @@ class Presentation:
             parts.append("backward twice over one graph")
         if self.default_dtype is not None:
             parts.append(f"default dtype {self.default_dtype}")
+        if self.threads is not None:
+            parts.append(f"{self.threads} thread(s)")
+        if self.bias_dtype is not None:
+            parts.append(f"M in {self.bias_dtype}")
         return ", ".join(parts) or "as usual"
 
 

@@ -227,6 +227,12 @@ def dtype_of(t: torch.Tensor) -> str:
     return _NAMES.get(t.dtype, str(t.dtype))
 
 
+def _bias_dtype(case: Case, adapter_choice: str) -> str:
+    """The dtype of a half-precision case's float mask: the presentation's where it names one, else the adapter's."""
+    named = case.presentation.bias_dtype if case.presentation is not None else None
+    return named or adapter_choice
+
+
 def sdpa_kwargs(
     case: Case,
     device: str,
@@ -265,7 +271,7 @@ def sdpa_kwargs(
             bias = np.where(mask, -np.inf, bias)
         if case.dtype == "float64":
             bias_dtype = torch.float64
-        elif case.dtype in LOW_PRECISION and half_bias == "query":
+        elif case.dtype in LOW_PRECISION and _bias_dtype(case, half_bias) == "query":
             bias_dtype = TORCH_DTYPES[case.dtype]
         else:
             bias_dtype = torch.float32
@@ -313,6 +319,20 @@ def _default_dtype(name: str | None):
         torch.set_default_dtype(before)
 
 
+@contextlib.contextmanager
+def _threads(n: int | None):
+    """torch's intra-op thread count set to ``n`` for the call, as a caller (or a launcher) may set it."""
+    if n is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def _asking(args: Arguments, case: Case) -> list[tuple[str, torch.Tensor]]:
     names = [(n, args(getattr(case, n))) for n in ("query", "key", "value") if n in args.requires_grad]
     return names + ([("bias", args.bias_leaf)] if args.bias_leaf is not None else [])
@@ -324,7 +344,7 @@ def forward(case: Case, device: str, call: Any) -> np.ndarray:
     autograd an output that asked inputs are not on the graph of is the kernel's fault."""
     pres = case.presentation or Presentation()
     args = Arguments(device, pres.asked("forward"))
-    with _mode(pres.grad_mode), _default_dtype(pres.default_dtype):
+    with _mode(pres.grad_mode), _default_dtype(pres.default_dtype), _threads(pres.threads):
         out = call(args)
     asking = _asking(args, case)
     if pres.grad_mode == "grad" and asking and not out.requires_grad:
@@ -343,7 +363,7 @@ def vjp(case: Case, grad_out: np.ndarray, device: str, call: Any) -> tuple:
     result is returned). An input one object with another gets their whole gradient under both names."""
     pres = case.presentation or Presentation()
     args = Arguments(device, pres.asked("vjp"))
-    with _mode("grad"), _default_dtype(pres.default_dtype):
+    with _mode("grad"), _default_dtype(pres.default_dtype), _threads(pres.threads):
         out = call(args)
         asking = _asking(args, case)
         if args.bias_grad and args.bias_leaf is None:

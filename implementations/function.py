@@ -40,13 +40,13 @@ from collections.abc import Callable
 
 import numpy as np
 
-from conformance.contract import Case, Declaration, NotApplicable, capabilities
+from conformance.contract import PRESENTATION_ATTRIBUTES, Case, Declaration, NotApplicable, capabilities
 
 FUNCTION_DEFAULTS = Declaration(
     **capabilities(bias_grad=True),  # a float attn_mask gets its gradient, as torch's SDPA gives it
     mask_sense="attend",
     # Every presentation reaches the function (implementations/_torch.py: Arguments, forward, vjp).
-    presents=frozenset({"memory", "identity", "requires_grad", "grad_mode", "backward", "default_dtype"}),
+    presents=frozenset(PRESENTATION_ATTRIBUTES),
     masks_combined=True,  # sdpa_kwargs folds a boolean mask and an additive M into one attn_mask
     gqa_flag=True,  # grouped heads are valid only with enable_gqa=True, as in torch's SDPA
     notes="plain function with the torch SDPA signature",

@@ -90,7 +90,7 @@ class TorchEagerAdapter:
             all_blocked="zeros",
             mask_sense="blocked",
             validates_inputs=True,
-            presents=_torch.PRESENTS,
+            presents=_torch.PRESENTS - {"bias_dtype"},  # no float mask
             batch_invariant=True,  # measured: an item alone and inside a batch of 4 is bitwise the same (T=300, S=700)
             notes="the article's implementation (000_f3dcd408372d9e02.txt §8); is_causal emulated with triu(1)",
         )

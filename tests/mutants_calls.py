@@ -320,3 +320,31 @@ _leaving(
     "Silences NumPy's floating-point errors for its own arithmetic and leaves them silenced.",
     lambda out: __import__("numpy").seterr(all="ignore"),
 )
+
+
+@mutant("call_threads_split_heads")
+class CallThreadsSplitHeads(_Call):
+    """Splits the heads over torch's threads and drops the remainder: with heads not a multiple of the thread
+    count (2 heads over 3 threads) the last head's output is never written."""
+
+    @staticmethod
+    def fn(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        import torch
+
+        out = _ref(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+        if q.dim() == 4 and q.shape[1] % torch.get_num_threads():
+            out = out.clone()
+            out[:, -1] = 0
+        return out
+
+
+@mutant("call_mask_dtype_promotes")
+class CallMaskDtypePromotes(_Call):
+    """Adds a float32 attn_mask to float16 scores without casting back: the output comes out float32."""
+
+    @staticmethod
+    def fn(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        out = _ref(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+        if attn_mask is not None and attn_mask.is_floating_point() and attn_mask.dtype != q.dtype:
+            return out.to(attn_mask.dtype)
+        return out

@@ -243,12 +243,15 @@ def _requires_grad(impl: GuardedAdapter, plain: Case) -> None:
 @clause(
     "PRESENT-CONTEXT-04",
     "the forward under torch.no_grad, under autograd with nothing asking, under inference mode and with float64 made "
-    "the process's default dtype gives the plain answer, in the input dtype",
+    "the process's default dtype gives the plain answer, in the input dtype; with one thread or three, and with a "
+    "half-precision case's M in the input dtype or in float32, the oracle's",
     QKV,
     kills=[
         "call_training_path",
         "call_inference_path",
         "call_default_dtype_output",
+        "call_threads_split_heads",
+        "call_mask_dtype_promotes",
         # process state left changed: the guarded call of every clause catches these; this clause's forward
         # under autograd without a context manager of the suite's own is where grad mode left off shows
         "call_leaves_grad_mode_off",
@@ -277,6 +280,18 @@ def test_context(impl, dtype):
                 plain.replace(presentation=Presentation(default_dtype="float64"), label="float64 the default dtype")
             )
         _forward_all(impl, plain, variants)
+        if "threads" in decl.presents:  # another split of the work: judged against the oracle, not bitwise
+            for n in (1, 3):
+                compare.assert_output_matches(
+                    impl, plain.replace(presentation=Presentation(threads=n), label=f"{n} thread(s)")
+                )
+    if "bias_dtype" in decl.presents and decl.float_mask and dtype in ("float16", "bfloat16"):
+        with_m = _bases(impl, dtype, seed=4131)[0]
+        bias = np.random.default_rng(4131).standard_normal((with_m.B, 1, with_m.T, with_m.S))
+        for held_in in ("query", "float32"):  # M rounded to the input dtype, or exact: each judged by the oracle
+            compare.assert_output_matches(
+                impl, with_m.replace(bias=bias, presentation=Presentation(bias_dtype=held_in), label=f"M in {held_in}")
+            )
 
 
 @clause(
