@@ -208,7 +208,8 @@ def likely_causes(rows: list[dict]) -> dict:
             before, was_wrong = picked.get(shown, ([], False))
             picked[shown] = (before + rows_of, was_wrong or phase is wrong)
     for shown, (rows_of, was_wrong) in picked.items():
-        for feats, part in _by_convention(list(shown), rows_of):
+        parts = [(f, p) for kind in _by_outcome(rows_of) for f, p in _by_convention(list(shown), kind)]
+        for feats, part in parts:
             found = _describe(feats, part, overall, tuple(index[f] for f in feats if f in index))
             causes.append(dict(found, wrong_values=was_wrong and any(gross.is_gross(r["failure"]) for r in part)))
     causes.sort(key=lambda c: -c.get("weight", 0.0))  # stable: equal weights keep the groups' order
@@ -219,6 +220,22 @@ def likely_causes(rows: list[dict]) -> dict:
         "causes": causes,
         "unexplained": sorted(f"{r['clause']}[{r['dtype']}]" for r in unexplained),
     }
+
+
+def _by_outcome(rows: list[dict]) -> list[list[dict]]:
+    """A cause's failures split by what the kernel did: each error it raised (its class and its message, the
+    numbers in it aside) one part, the wrong answers another. One feature set shared by a load failure and
+    NaN in rows blocked entirely is two bugs (a release of onnxruntime refused float64 with a float mask
+    and gave NaN where it loaded): told as one, the first error hides the second."""
+    kinds: dict[tuple[str, str] | None, list[dict]] = {}
+    for r in rows:
+        f = r["failure"]
+        key = None
+        if f.get("error") not in (None, "ClauseViolation") and not f.get("measure"):
+            first = str(f.get("message") or "").strip().splitlines()[:1]
+            key = (str(f["error"]), re.sub(r"[0-9]+", "#", first[0])[:200] if first else "")
+        kinds.setdefault(key, []).append(r)
+    return list(kinds.values())
 
 
 def _by_convention(features: list[str], rows: list[dict]) -> list[tuple[list[str], list[dict]]]:
