@@ -36,6 +36,13 @@ KERAS_DTYPES = frozenset({"float32", "float16", "bfloat16"})
 
 # keras (non-tensorflow backends) turns every 64-bit float into float32 before computing:
 # keras.src.backend.common.dtypes.BIT64_TO_BIT32_DTYPE ("to be aligned with JAX's default behavior").
+# keras casts query, key and value to one compute dtype, ``backend.result_type(query.dtype, key.dtype,
+# value.dtype)``, its documented type promotion (keras.ops.result_type), before any backend computes: a key of
+# another float dtype than the query's is taken on purpose (measured, keras 3.15.1, query float32 and key
+# float64 on the numpy and torch backends: a float32 output within 2.1e-07 of the float64 reference).
+ACCEPTS_INVALID = frozenset({"mixed-dtype"})
+ACCEPTS_INVALID_NOTE = "Accepts on purpose (declared): a key in another float dtype, cast to keras's result_type."
+
 FLOAT64_REASON = (
     "keras 3 casts float64 inputs to float32 on its numpy, jax and torch backends "
     "(keras.src.backend.common.dtypes.BIT64_TO_BIT32_DTYPE) and returns float32: it has no float64 attention"
@@ -86,16 +93,24 @@ class KerasAdapter:
 
 
 def check_case(case: Case) -> None:
-    """Refusals of what keras's ``dot_product_attention`` has no argument or dtype for."""
-    if case.dropout_p > 0:
+    """Refusals of what keras's ``dot_product_attention`` has no argument or dtype for: any ``dropout_p`` but
+    0 (an invalid -0.1 too: dropping it would answer a call nobody made, without dropout)."""
+    if case.dropout_p:
         raise NotApplicable("keras.ops.dot_product_attention has no dropout argument")
     if case.dtype == "float64":
         raise NotApplicable(FLOAT64_REASON)
 
 
 def to_keras_layout(a: np.ndarray) -> np.ndarray:
-    """[B, N, T, H] -> [B, T, N, H], contiguous."""
-    return np.ascontiguousarray(np.swapaxes(np.asarray(a), 1, 2))
+    """[B, N, T, H] -> [B, T, N, H], contiguous: the head and length axes, counted from the end, so that an
+    array of another rank (a precondition clause's [N, T, H] query) reaches keras in that rank, as a user's
+    would, for keras to accept or refuse."""
+    return np.ascontiguousarray(np.swapaxes(np.asarray(a), -3, -2))
+
+
+def from_keras_layout(a: np.ndarray) -> np.ndarray:
+    """keras's [B, T, N, H] output back to [B, N, T, H] (:func:`to_keras_layout`'s inverse), contiguous."""
+    return np.ascontiguousarray(np.swapaxes(np.asarray(a), -3, -2))
 
 
 def attend(case: Case) -> np.ndarray | None:

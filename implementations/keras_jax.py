@@ -17,6 +17,12 @@ is_causal top-left; GQA h -> h // (Hq/Hkv) (jax's); float64 cast to float32 by k
 Dk != Dv fails: jax refuses it (ValueError), keras logs that and falls back to its own copy of the
 reference, whose last reshape to the query's shape raises TypeError ("cannot reshape array of shape
 (2, 16, 2, 1, 64) ... into shape (2, 16, 2, 32)"), hence ``requires_dk_eq_dv``. No dropout argument.
+
+Input validation (000 §8's preconditions, keras called directly, 2026-12-05): keras refuses inputs that
+are not 4-D (ValueError), jax mismatched lengths, heads and feature dims; a key of another float dtype is
+cast to keras's ``result_type`` on purpose (declared ``accepts_invalid``); integer inputs (an int32
+output, all 0) and a key and value of batch 1 against 2 (jax refuses it, keras's fallback copy of jax's
+reference broadcasts it) are answered by accident: implementations/expectations/keras-jax.toml.
 """
 
 from __future__ import annotations
@@ -38,8 +44,9 @@ __all__ = ["KerasJax", "keras_jax"]
 
 
 def _attention(q, k, v, bias, mask, *, is_causal: bool, scale: float | None):
-    """The contract's layout in and out; keras's [B, T, N, H] in between."""
-    t = functools.partial(jax.numpy.swapaxes, axis1=1, axis2=2)
+    """The contract's layout in and out; keras's [B, T, N, H] in between (head and length axes counted from the
+    end, as implementations/_keras.py's ``to_keras_layout``: an array of another rank reaches keras in it)."""
+    t = functools.partial(jax.numpy.swapaxes, axis1=-3, axis2=-2)
     return t(_nn.dot_product_attention(t(q), t(k), t(v), bias=bias, mask=mask, scale=scale, is_causal=is_causal))
 
 
@@ -124,13 +131,14 @@ keras_jax = KerasJax(
         blocked_fill="set:-0.7max-float32",  # jax.nn.dot_product_attention's (implementations/jax_attention.py)
         mask_sense="attend",
         causal_with_mask=True,
+        accepts_invalid=_keras.ACCEPTS_INVALID,
         backend="keras-jax",
         compiles_per_shape=True,  # under jax.jit: XLA compiles every new shape
         notes=(
             "keras 3.15 jax backend dot_product_attention (jax.nn.dot_product_attention, xla) under jax.jit; "
             "float16 op by op where XLA CPU cannot compile it. Measured: bool rows all blocked -> mean of V, "
             "-inf rows -> NaN; top-left causal; GQA; Dk != Dv fails (TypeError in keras's fallback); float64 cast to "
-            "float32 by keras (not declared); no dropout."
+            "float32 by keras (not declared); no dropout. " + _keras.ACCEPTS_INVALID_NOTE
         ),
     ),
 )

@@ -25,7 +25,13 @@ Measured (keras 3.15.1, numpy 2.4; tests/test_adapter_declarations.py re-measure
   (``np.where``, logits in float32 for every input: ``blocked_fill=set:-0.7max-float32``): a row blocked
   by the mask and by -inf together is uniform over the masked keys alone (measured: the mean of V over
   the 3 masked keys, not over all 5);
-* Dk != Dv runs; no dropout argument; no gradient (NumPy), hence ``grad=False``.
+* Dk != Dv runs; no dropout argument; no gradient (NumPy), hence ``grad=False``;
+* input validation (000 §8's preconditions; keras's numpy ``dot_product_attention`` called directly,
+  2026-12-05): a query that is not 4-D is refused (keras's ValueError), a 5-D key where keras unpacks
+  its shape, K/V of different lengths and heads that do not fit in the einsums (ValueError); a key of
+  another float dtype is cast to keras's ``result_type`` on purpose (declared ``accepts_invalid``);
+  integer inputs (an int32 output, all 0) and a key and value of batch 1 against 2 (``np.einsum``
+  broadcasts it) are answered by accident: implementations/expectations/keras-numpy.toml.
 """
 
 from __future__ import annotations
@@ -62,7 +68,7 @@ class KerasNumpy(_keras.KerasAdapter):
             scale=case.scale,
             is_causal=bool(case.is_causal),
         )
-        return np.ascontiguousarray(np.swapaxes(np.asarray(out), 1, 2))
+        return _keras.from_keras_layout(out)
 
 
 keras_numpy = KerasNumpy(
@@ -77,12 +83,14 @@ keras_numpy = KerasNumpy(
         mask_sense="attend",
         batch_invariant=True,
         causal_with_mask=True,
+        accepts_invalid=_keras.ACCEPTS_INVALID,
         backend="keras-numpy",
         notes=(
             "keras 3.15 numpy backend dot_product_attention. Measured: bool-mask rows all blocked -> mean of V, "
             "-inf bias rows -> NaN; is_causal top-left; no GQA; float64 cast to float32 by keras (not declared); "
             "float16 QK^T in float16; no dropout, no gradient. Formulation (bitwise): float16 Q K^T rounded, "
-            "P V summed in float16 (np.einsum); blocked logits replaced by -0.7 x float32's largest."
+            "P V summed in float16 (np.einsum); blocked logits replaced by -0.7 x float32's largest. "
+            + _keras.ACCEPTS_INVALID_NOTE
         ),
     ),
 )

@@ -17,7 +17,12 @@ implementations/_torch.py (bfloat16 via float32, copies); the layout via impleme
 Measured (keras 3.15.1, torch 2.13.0+cpu; tests/test_adapter_declarations.py re-measures): rows all
 blocked by the boolean mask give the mean of V (keras's finite fill), all ``-inf`` bias rows zeros
 (torch's); is_causal top-left; GQA h -> h // (Hq/Hkv); Dk != Dv runs; float64 cast to float32 by
-keras (not declared). No dropout argument in keras's function.
+keras (not declared). No dropout argument in keras's function. Input validation (000 §8's preconditions,
+keras called directly, 2026-12-05): keras refuses inputs that are not 4-D (ValueError), torch integer
+inputs and heads or feature dims that do not fit; a key of another float dtype is cast to keras's
+``result_type`` on purpose (declared ``accepts_invalid``); a key and value of batch 1 against 2 (torch
+broadcasts it) and K/V of different lengths (torch's CPU flash path) are answered by accident:
+implementations/expectations/keras-torch.toml.
 
 Its fill (declared; conformance/oracle_formulations.py), reproduced by calling
 ``keras.src.backend.torch.nn.dot_product_attention`` directly (2026-12-03): -0.7 x the input dtype's
@@ -95,7 +100,7 @@ class KerasTorch(_keras.KerasAdapter):
                 raise
             self.combination_refusals.append(f"{type(exc).__name__}: {exc}")
             out = call(np.where(causal_blocked(case.T, case.S), -np.inf, bias).astype(np.float32), False)
-        return (q, k, v), out.transpose(1, 2)
+        return (q, k, v), out.transpose(-3, -2)  # _keras.to_keras_layout's inverse
 
     def forward(self, case: Case) -> np.ndarray:
         with torch.no_grad():
@@ -107,7 +112,7 @@ class KerasTorch(_keras.KerasAdapter):
             (q, k, v), out = self._call(case, requires_grad=True)
             g = to_torch(grad_out).to(out.dtype)
             dq, dk, dv = torch.autograd.grad(out, (q, k, v), grad_outputs=g)
-        return tuple(to_numpy(x.transpose(1, 2)) for x in (dq, dk, dv))
+        return tuple(to_numpy(x.transpose(-3, -2)) for x in (dq, dk, dv))
 
 
 keras_torch = KerasTorch(
@@ -122,13 +127,14 @@ keras_torch = KerasTorch(
         blocked_fill="add:-0.7max",
         mask_sense="attend",
         causal_with_mask=True,
+        accepts_invalid=_keras.ACCEPTS_INVALID,
         backend="keras-torch",
         notes=(
             "keras 3.15 torch backend dot_product_attention (torch SDPA, CPU). Measured: bool rows all blocked -> "
             "mean of V (keras's -0.7 x max fill), -inf rows -> zeros (torch's); top-left causal; GQA via "
             "repeat_interleave; bias + mask handed over as one -inf mask (keras takes one); float64 cast to float32 "
             "by keras (not declared); no dropout. Formulation: -0.7 x the dtype's largest added to blocked scores "
-            "(float16: -45856, in torch's float32 SDPA)."
+            "(float16: -45856, in torch's float32 SDPA). " + _keras.ACCEPTS_INVALID_NOTE
         ),
     ),
 )
