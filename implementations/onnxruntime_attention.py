@@ -25,6 +25,12 @@ float mask) gives zeros; GQA head h reads kv head h // (Hq/Hkv); Dk != Dv runs; 
 one broadcast along the query axis ([B, 1, 1, S]) is refused ("inconsistent q_sequence_length");
 float64 carries float32-level error (see the declaration). No gradient, no dropout.
 
+Input validation (000 §8's preconditions; a one-node Attention model run directly, 2026-12-05): the
+float32 and float16 kernel refuses every invalid input with its own ``Fail`` / ``InvalidArgument``
+(declared ``rejects_with``, the classes its Python binding raises for a failed node); float64, which
+has no CPU kernel and runs the operator's function body, answers a K/V batch of 1 against 2 and a 5-D
+mask (implementations/expectations/onnxruntime.toml).
+
 Its float16 formulation (declared; conformance/oracle_formulations.py), reproduced with a one-node
 Attention model run by onnxruntime directly with V = I (2026-12-03): the scale is the GEMM's alpha and
 the float16 scores are ``round(scale Q K^T)``, accumulated in float32 and rounded to float16 once
@@ -118,7 +124,7 @@ class OnnxRuntimeAttention:
         return self._sessions[key]
 
     def forward(self, case: Case) -> np.ndarray:
-        if case.dropout_p > 0:
+        if case.dropout_p:  # any but 0, an invalid -0.1 too: dropped, it would answer a call nobody made
             raise NotApplicable("the ONNX Attention operator has no dropout")
         if case.dtype == "bfloat16":
             raise NotApplicable("onnxruntime's CPU provider has no bfloat16 Attention kernel")
