@@ -26,8 +26,8 @@ one broadcast along the query axis ([B, 1, 1, S]) is refused ("inconsistent q_se
 float64 carries float32-level error (see the declaration). No gradient, no dropout.
 
 Input validation (000 §8's preconditions; a one-node Attention model run directly, 2026-12-05): the
-float32 and float16 kernel refuses every invalid input with its own ``Fail`` / ``InvalidArgument``
-(declared ``rejects_with``, the classes its Python binding raises for a failed node); float64, which
+float32 and float16 kernel refuses every invalid input with its own ``Fail`` (shapes, mixed dtypes) or
+``InvalidGraph`` (int32 inputs), declared ``rejects_with``: the classes its Python binding raises; float64, which
 has no CPU kernel and runs the operator's function body, answers a K/V batch of 1 against 2 and a 5-D
 mask (implementations/expectations/onnxruntime.toml).
 
