@@ -22,7 +22,7 @@ def table_of(records: list[dict]) -> dict[str, list[dict]]:
 
 
 def headline(by_name: dict[str, list[dict]], decl: Declaration | None = None) -> str:
-    """"refuses 11 of 14 invalid inputs; accepts batch, kv-length" (what it declares, where given)."""
+    """The line: "refuses 11 of 14 invalid inputs; accepts batch, kv-length" (what it declares, where given)."""
     flat = [(n, r) for n, rs in by_name.items() for r in rs]
     refused = sum(r["outcome"] == "refused" for _, r in flat)
     text = "refuses all" if refused == len(flat) else f"refuses {refused} of"
