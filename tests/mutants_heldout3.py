@@ -403,3 +403,35 @@ class SplitKAtomicsPast512(BaseKernel):
         for i in order:
             acc = (acc + parts[i]).astype(np.float32)
         return self.finish(acc, case)
+
+
+@mutant("remembers_last_causal")
+class RemembersLastCausal(BaseKernel):
+    """Keeps the causal flag of the last call that set one and applies it to the next call without a mask (a
+    module-level "current mode" a decode loop sets)."""
+
+    def __init__(self, name: str = "remembers_last_causal"):
+        super().__init__(name)
+        self._causal = False
+
+    def forward(self, case):
+        if case.is_causal:
+            self._causal = True
+        elif case.mask is None and self._causal:
+            case = case.replace(is_causal=True)
+        return super().forward(case)
+
+
+@mutant("remembers_last_scale")
+class RemembersLastScale(BaseKernel):
+    """Keeps the last custom scale it was given and uses it for calls that give none."""
+
+    def __init__(self, name: str = "remembers_last_scale"):
+        super().__init__(name)
+        self._scale = None
+
+    def scale(self, case):
+        if case.scale is not None:
+            self._scale = case.scale
+            return case.scale
+        return self._scale if self._scale is not None else case.effective_scale

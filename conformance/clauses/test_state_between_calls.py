@@ -12,6 +12,8 @@ order that puts the stale entry in front of the next call, and hold every answer
 
 from __future__ import annotations
 
+import numpy as np
+
 from conformance.clauses.test_gradients import cotangent
 from conformance.contract import Case
 from conformance.harness.calls.guarded import GuardedAdapter
@@ -120,3 +122,49 @@ def _cross_dtype(impl: GuardedAdapter, order: list[str]) -> None:
 )
 def test_workspace_per_dtype(impl):
     _cross_dtype(impl, ["float16", "float32", "float64", "bfloat16", "float64"])
+
+
+def _history(impl: GuardedAdapter, dtype: str) -> list[Case]:
+    """Calls of other shapes, another dtype, other flags and a backward, each a chance to leave state behind."""
+    decl = impl.declaration
+    calls = [
+        random_case(1601, B=1, Hq=4, T=9, S=3, Dk=16, dtype=dtype, label="history: other shapes"),
+        random_case(1602, B=3, Hq=2, T=1, S=11, Dk=8, dtype=dtype, is_causal=True, label="history: causal decode"),
+        random_case(1603, B=2, Hq=2, T=6, S=6, Dk=8, dtype=dtype, scale=0.3, label="history: a custom scale"),
+    ]
+    if decl.bool_mask:
+        calls.append(
+            random_case(1604, B=2, Hq=2, T=5, S=7, Dk=8, dtype=dtype, label="history: a mask").replace(
+                mask=random_mask(1604, (2, 1, 5, 7), p_blocked=0.5)
+            )
+        )
+    other = next((d for d in ("float32", "float64", "float16", "bfloat16") if d != dtype and d in decl.dtypes), None)
+    if other is not None:
+        calls.append(random_case(1605, B=2, Hq=2, T=5, S=7, Dk=8, dtype=other, label=f"history: {other}"))
+    if decl.dropout:
+        calls.append(random_case(1606, B=2, Hq=2, T=5, S=7, Dk=8, dtype=dtype, dropout_p=0.5, label="history: dropout"))
+    return [c for c in calls if impl.supports(c)]
+
+
+@clause(
+    "STATE-HISTORY-07",
+    "a call's answer does not depend on the calls before it: the same case before and after calls of other shapes, "
+    "another dtype, causal, a custom scale, a mask, dropout and a backward gets the same answer (bitwise where the "
+    "kernel declares itself deterministic)",
+    FUNCTION_OF_INPUTS,
+    kills=["remembers_last_causal", "remembers_last_scale"],
+)
+def test_history(impl, dtype):
+    first = random_case(1600, B=2, Hq=2, T=5, S=7, Dk=8, dtype=dtype, label="history: the case")
+    impl.require(first)
+    before = compare.assert_output_matches(impl, first)
+    for case in _history(impl, dtype):
+        impl.forward(case)
+        if impl.declaration.grad and case.dropout_p == 0:
+            impl.vjp(case, cotangent(case, 1607))
+    again = first.replace(label="history: the case again, after the others")
+    after = compare.assert_output_matches(impl, again)
+    if impl.declaration.deterministic and not np.array_equal(
+        np.asarray(before, dtype=np.float64), np.asarray(after, dtype=np.float64), equal_nan=True
+    ):
+        fail("the same case, called again after calls of other shapes, flags and dtypes, got other bits", again)
