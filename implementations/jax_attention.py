@@ -41,9 +41,12 @@ Measured on this machine (jax 0.10.2 CPU; tests/test_adapter_declarations.py re-
   declared: ``all_blocked='mean-v'`` and ``all_blocked_float_mask='nan'``.
 * ``is_causal`` with T != S is aligned top-left; GQA query head h reads kv head ``h // (N/K)``.
 * value must have the key's shape: Dk != Dv is refused (ValueError), hence requires_dk_eq_dv.
-* bad shapes (Hq not a multiple of Hkv, batch/S/Dk mismatch, mixed dtypes) raise ValueError, but
-  integer q/k/v and empty T or S are accepted and computed: validation is partial, so
-  ``validates_inputs=False`` (BAD-INPUT-01 requires every invalid input to be refused).
+* input validation (000 §8's preconditions; ``jax.nn.dot_product_attention`` called directly,
+  2026-12-05): bad shapes (a 5-D key, Hq not a multiple of Hkv, batch/S/Dk mismatch, a mask that is not
+  4-D or does not broadcast) and mixed dtypes raise ValueError or TypeError; a 3-D query is jax's
+  documented ``TNH`` form (shape ``(BTNH|TNH)``), then held to the key's batch (ValueError 'query shape
+  should be [2, -1, -1, 8]' against a key batch of 2); integer q/k/v are computed in int32 (an output
+  of zeros): a cause in implementations/expectations/jax.toml. Empty T or S are computed (EMPTY-SIZES).
 * repeated jitted calls are bitwise equal, but a batch item alone and inside a batch of 4 differ
   in the last bits (T=300, S=700, D=64): not batch invariant.
 * float64: logits are float64 but jax runs the softmax in float32 ("Softmax and it is always
@@ -156,8 +159,10 @@ def _native(q, k, v, bias, mask, window, q_len, kv_len, *, is_causal: bool, scal
 
 
 def _attention(q, k, v, bias, mask, window, q_len, kv_len, **static: Any):
-    """Contract layout in, contract layout out."""
-    t = functools.partial(jnp.swapaxes, axis1=1, axis2=2)
+    """Contract layout in, contract layout out: the head and length axes swapped counted from the end, so that
+    an array of another rank (a precondition clause's [N, T, H] query) reaches jax in that rank, as a user's
+    would, for jax to accept or refuse."""
+    t = functools.partial(jnp.swapaxes, axis1=-3, axis2=-2)
     return t(_native(t(q), t(k), t(v), bias, mask, window, q_len, kv_len, **static))
 
 
@@ -170,7 +175,7 @@ def _pullback(fn, q, k, v, bias, mask, window, q_len, kv_len, g, **static: Any):
 def _attention_lse(q, k, v, bias, mask, window, q_len, kv_len, **static: Any):
     """Contract layout in, (output [B, N, T, H], lse [B, N, T]) out: jax's ``return_residual=True``
     returns the logsumexp of each row in [B, T, N], natural log, in the inputs' dtype."""
-    t = functools.partial(jnp.swapaxes, axis1=1, axis2=2)
+    t = functools.partial(jnp.swapaxes, axis1=-3, axis2=-2)
     out, lse = jax.nn.dot_product_attention(
         t(q),
         t(k),
@@ -183,7 +188,7 @@ def _attention_lse(q, k, v, bias, mask, window, q_len, kv_len, **static: Any):
         return_residual=True,
         **static,
     )
-    return t(out), t(lse)
+    return t(out), jnp.swapaxes(lse, -2, -1)  # [B, T, N] -> [B, N, T]
 
 
 _vjp = functools.partial(_pullback, _attention)
@@ -245,8 +250,8 @@ class JaxAttention:
         return not (case.dtype == "float16" and jax.default_backend() == "cpu")
 
     def _args(self, case: Case) -> tuple[list[Any], dict[str, Any]]:
-        if case.dropout_p > 0:
-            # Ignoring dropout_p would return undropped attention as if it were the answer.
+        if case.dropout_p:
+            # Ignoring dropout_p (an invalid -0.1 too) would return undropped attention as if it were the answer.
             raise NotApplicable("jax.nn.dot_product_attention has no dropout argument")
         bias = None
         if case.bias is not None:
