@@ -9,7 +9,10 @@ is one of the two functions, as FlexAttention's users write them (attention-gym'
 * a boolean mask of any broadcast form: a ``mask_mod`` that reads the case's mask (as captured
   tensor, indexed with 0 along a broadcast axis), and a block mask built by ``create_block_mask``
   with ``B=None`` / ``H=None`` where the mask has no batch / head axis (FlexAttention's own
-  broadcasting);
+  broadcasting). The mask_mod indexes the mask as if broadcast to [B, H, T, S], so the mask is first
+  checked to be (``torch.broadcast_to``, as a caller's code must: a [B, S] padding mask or a 5-D one
+  would be read out of bounds, a [T + 1, S] one in part): torch's RuntimeError refuses it there, in the
+  caller's part of the call, since FlexAttention itself never sees a mask;
 * ``is_causal`` and a sliding window: ``mask_mod`` terms in the *declared* causal alignment
   (top-left unless ``--declare causal_alignment=bottom-right``: FlexAttention has no convention of
   its own, the mask_mod is the user's, so both alignments are what a user can ask of it);
@@ -18,8 +21,9 @@ is one of the two functions, as FlexAttention's users write them (attention-gym'
 * variable lengths: the sequences packed into one batch row with a document mask (each query sees
   its own sequence's keys only, positions counted within its sequence), the packed output unpacked
   into the padded layout with zeros on padding rows;
-* GQA through ``enable_gqa``, the scale through ``scale``, the lse through ``return_lse`` where
-  FlexAttention returns one (not on the CPU), the backward through autograd (not on the CPU).
+* GQA through ``enable_gqa`` (the case's flag as given, else Hq != Hkv), the scale through ``scale``,
+  the lse through ``return_lse`` where FlexAttention returns one (not on the CPU), the backward through
+  autograd (not on the CPU).
 
 Scalars the mods read (softcap, window, offsets, slopes) are captured as tensors: dynamo specializes a
 program on a captured Python number, a cost of the adapter's, not the kernel's (``scale`` is the kernel's own).
@@ -29,6 +33,13 @@ float16, bfloat16, no float64, no backward and no lse on the CPU (torch's own re
 docs/compiled-kernels.md); rows blocked entirely, by the block mask or by -inf from the score_mod,
 give zeros. Compiling costs seconds per new structure cold (gcc builds the C++ template), about 1 s
 from inductor's warm cache: it declares ``compiles_per_shape``.
+
+Input validation (000 §8's preconditions, measured with the compiled ``flex_attention`` called directly,
+2026-12-05): 3-D or 5-D inputs, integer and mixed dtypes, a batch, head count or feature dim that does not
+fit and grouped heads without ``enable_gqa`` are refused (dynamo's Unsupported, inductor's errors: a
+RuntimeError, or FlexAttention's ValueError); a value shorter than the key is run, reading past the value
+(implementations/expectations/torch-flex.toml). A query or key length of 0 kills the process on the CPU
+(SIGFPE), so such a call is not made (``EMPTY_LENGTH_CRASH``).
 """
 
 from __future__ import annotations
@@ -48,7 +59,8 @@ __all__ = ["TorchFlex", "cpu", "cuda"]
 
 
 class TorchFlex:
-    """``torch.compile(flex_attention, dynamic=False)`` with the Case translated into mask_mod / score_mod."""
+    """``torch.compile(flex_attention, dynamic=False, fullgraph=True)`` with the Case translated into mask_mod /
+    score_mod."""
 
     framework = "torch"
 
@@ -79,6 +91,10 @@ class TorchFlex:
         mask = None
         if case.mask is not None:
             m = np.asarray(case.mask, dtype=bool)
+            # The mask_mod is the caller's code and reads the mask as if it were broadcast to [B, H, T, S]; a caller
+            # makes sure it is (torch.broadcast_to), and torch's RuntimeError refuses one that is not: a [B, S]
+            # padding mask or a 5-D one would be read out of bounds, a [T + 1, S] one in part.
+            torch.broadcast_to(torch.from_numpy(np.ascontiguousarray(m)), (case.B, case.Hq, case.T, case.S))
             m = m.reshape((1,) * (4 - m.ndim) + m.shape)
             mask = torch.as_tensor(np.ascontiguousarray(m), device=dev)
         causal = bool(case.is_causal)
@@ -139,16 +155,23 @@ class TorchFlex:
         if self._compiled is None:
             from torch.nn.attention.flex_attention import flex_attention
 
-            self._compiled = torch.compile(flex_attention, dynamic=False)
+            # fullgraph: without it, a call that raises inside the compiled function (an invalid input: a 3-D query's
+            # "NYI: query, key, and value must be 4D tensors") leaves dynamo running every later call through eager,
+            # unfused FlexAttention (measured, torch 2.13 CPU: a later valid call bitwise equal to eager flex_attention,
+            # int32 inputs then answered), so a certification would certify the unfused path after its first invalid
+            # input. With it each call is compiled or refused (dynamo's Unsupported, a RuntimeError) on its own.
+            self._compiled = torch.compile(flex_attention, dynamic=False, fullgraph=True)
         return self._compiled
 
     def _call(self, case: Case, q, k, v, return_lse: bool = False):
         from torch.nn.attention.flex_attention import create_block_mask
 
-        if case.dropout_p > 0 or case.sinks is not None:  # no argument or mod says either: refused, not ignored
-            raise NotApplicable("FlexAttention has no dropout" if case.dropout_p > 0 else "no attention sinks here")
+        if case.dropout_p or case.sinks is not None:  # no argument or mod says either: refused, not ignored
+            raise NotApplicable("FlexAttention has no dropout" if case.dropout_p else "no attention sinks here")
 
         where = Layout(case, self.declaration.causal_alignment, self.device)
+        if self.device == "cpu" and 0 in (where.Q_LEN, where.KV_LEN):
+            raise NotApplicable(EMPTY_LENGTH_CRASH)
         mask_mod, mb, mh = self._mask_mod(case, where)
         score_mod = self._score_mod(case, where)
         q, k, v = where.pack(q, where.tq), where.pack(k, where.sk), where.pack(v, where.sk)
@@ -163,7 +186,8 @@ class TorchFlex:
                 score_mod=score_mod,
                 block_mask=block_mask,
                 scale=case.scale,
-                enable_gqa=case.Hq != case.Hkv,
+                # the caller's flag as given (False with grouped heads: an invalid call, FlexAttention's to refuse)
+                enable_gqa=case.Hq != case.Hkv if case.enable_gqa is None else bool(case.enable_gqa),
                 return_lse=return_lse,
             )
         out, lse = res if return_lse else (res, None)
@@ -187,6 +211,16 @@ class TorchFlex:
         return _torch.vjp(case, grad_out, self.device, lambda args: self._call(case, *args.qkv(case))[0])
 
 
+# Measured, torch 2.13.0+cpu (torch.compile(flex_attention) called directly on q, k, v [2, 2, 3 or 0, 8] /
+# [2, 2, 5 or 0, 8], with and without fullgraph): the compiled CPU kernel dies with SIGFPE (exit status 136) at a
+# query or key length of 0, taking the process, and with it the pytest worker, down; eager flex_attention answers
+# T = 0 and raises IndexError for S = 0. Such a call is not made: refused with this reason, the refusal fails
+# EMPTY-SIZES-01 as what it stands for (a kernel that cannot take the case), where the crash would end the run.
+EMPTY_LENGTH_CRASH = (
+    "compiled FlexAttention on the CPU kills the process with SIGFPE when the query or key length is 0 "
+    "(torch 2.13.0, measured with flex_attention called directly): the call is not made"
+)
+
 _FLEX = dict(
     causal_alignment="top-left",
     all_blocked="zeros",
@@ -209,9 +243,9 @@ cpu = TorchFlex(
         ),
         **_FLEX,
         notes=(
-            "torch 2.13 CPU, torch.compile(flex_attention, dynamic=False) (inductor's C++ template); the boolean "
-            "mask, is_causal (declared alignment) and the window as mask_mod with a block mask, M, softcap and "
-            "ALiBi as score_mod, varlen as a packed document mask. CPU: no float64, no backward, no lse."
+            "torch 2.13 CPU, torch.compile(flex_attention, dynamic=False, fullgraph=True) (inductor's C++ template); "
+            "the boolean mask, is_causal (declared alignment) and the window as mask_mod with a block mask, M, softcap "
+            "and ALiBi as score_mod, varlen as a packed document mask. CPU: no float64, no backward, no lse."
         ),
     ),
 )
