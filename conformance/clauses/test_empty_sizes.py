@@ -51,16 +51,19 @@ def _exact(name: str, got, want: np.ndarray, case: Case) -> None:
 
 def _answered(impl: GuardedAdapter, case: Case) -> bool:
     """True when the kernel answered ``case`` (and the answer is right), False when it refused it with a
-    declared error; any other outcome fails the clause."""
-    result, exc = impl.call_raw(case)
-    if exc is not None:
-        if rejection.documented(exc, impl.declaration):
+    declared error. Anything else fails the clause as the guarded call reports it (a crash with an error
+    the kernel does not declare, a refusal as not applicable, an output of another shape), so that its
+    likely cause and an expectations entry read it as what it is."""
+    try:
+        result = impl.forward(case)
+    except AdapterError as exc:  # a refusal as not applicable is an UndeclaredRefusal: it fails as it is
+        if exc.__cause__ is not None and rejection.documented(exc.__cause__, impl.declaration):
             return False
-        raise ClauseViolation(
-            f"{case.label}: {rejection.judge(impl.declaration, 'the call', result, exc)}; an empty size is refused "
-            "with a declared error (the article) or answered with empty arrays and zeros (torch)",
+        raise type(exc)(
+            f"{case.label}: {exc}\n  an empty size is refused with a declared error (the article) or answered "
+            "with empty arrays and zeros (torch)",
             case,
-        )
+        ) from exc.__cause__
     _exact("output", result, expected(case, impl.declaration).out, case)
     return True
 

@@ -27,7 +27,7 @@ from conformance.contract import Case
 from conformance.harness.calls.guarded import GuardedAdapter
 from conformance.harness.cases.build import random_case, random_mask
 from conformance.harness.cases.preconditions import WORDS, broken
-from conformance.harness.judge import rejection
+from conformance.harness.judge import compare, rejection
 from conformance.harness.judge.rejection import BadInput
 from conformance.harness.run import preconditions as seen
 from conformance.harness.spec.clause import Source, clause
@@ -215,10 +215,21 @@ def _check(impl: GuardedAdapter, dtype: str, name: str, build: Callable[[str], l
         if held and problem is not None:
             problems.append(problem)
             first = first or b.case
+    neighbour: ClauseViolation | None = None  # the first valid neighbour that failed, as the guarded call said
     for b in bad_inputs:
-        problem = rejection.accept_neighbour(impl, b)
-        if problem is not None:
-            problems.append(problem)
+        good = rejection.first_supported(impl, b.neighbours)
+        if good is None:
+            continue
+        try:
+            (b.check or compare.assert_output_matches)(impl, good)
+        except ClauseViolation as exc:
+            problems.append(f"the valid neighbour of '{b.what}' failed:\n    " + str(exc).replace("\n", "\n    "))
+            neighbour = neighbour or type(exc)(
+                f"the valid neighbour of '{b.what}' (the same call with its one defect repaired) failed: {exc}",
+                exc.case,
+            )
+    if first is None and neighbour is not None:
+        raise neighbour  # a valid call failed: its own kind and case, for its likely cause and expectations
     if problems:
         declare = "--declare accepts_invalid=" + ",".join(sorted({*decl.accepts_invalid, name}))
         raise ClauseViolation(

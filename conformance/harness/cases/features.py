@@ -165,7 +165,13 @@ def features(case: Case, what: str = "forward", folded: bool = False, alignment:
             feats.append("zero scale")
     if case.dropout_p > 0:
         feats.append("dropout")
+    feats += [name for name, size in EMPTY_SIZES if getattr(case, size) == 0]
     return feats + _variant_features(case)
+
+
+# The empty sizes a caller meets (a batch with no prompts, no token yet, no key cached yet), as features: a
+# kernel may refuse them or answer them, never crash (EMPTY-SIZES-*), and a cause can be scoped to them.
+EMPTY_SIZES = (("no queries (T = 0)", "T"), ("no keys (S = 0)", "S"), ("no batch items (B = 0)", "B"))
 
 
 def _variant_features(case: Case) -> list[str]:
@@ -203,6 +209,7 @@ FIXED = frozenset(
         "|QK^T| > 65504 (float16 max)", f"large |scores| (>= {LARGE_SCORE:g})", "negative scale",
         "custom scale", "zero scale", "dropout", call_feature("vjp"), "mask broadcast along T",
         "mask broadcast along S", "sliding window", "softcap", "ALiBi", "attention sinks", "varlen lengths",
+        *(name for name, _ in EMPTY_SIZES),
     }
 )  # fmt: skip
 _PATTERNS = (
