@@ -120,3 +120,13 @@ class EmptySizesGradCrash(_Empty):
         if case.T == 0:
             raise ZeroDivisionError("division by zero")
         return super().vjp(case, grad_out)
+
+
+@mutant("empty_keys_nan")
+class EmptyKeysNan(_Empty):
+    """Answers S = 0 with 0 / 0: NaN rows where a row that sees no key is 0 (the spec's fill, torch's answer)."""
+
+    def forward(self, case: Case):
+        if case.S == 0:
+            return np.full(case.out_shape, np.nan, dtype=np_dtype(case.dtype))
+        return super().forward(case)
