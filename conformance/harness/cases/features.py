@@ -166,7 +166,40 @@ def features(case: Case, what: str = "forward", folded: bool = False, alignment:
     if case.dropout_p > 0:
         feats.append("dropout")
     feats += [name for name, size in EMPTY_SIZES if getattr(case, size) == 0]
-    return feats + _variant_features(case)
+    return feats + _variant_features(case) + _presentation_features(case, what)
+
+
+def _memory(a) -> str:
+    a = np.asarray(a)
+    if any(st == 0 and n > 1 for n, st in zip(a.shape, a.strides)):
+        return "an input expanded (stride 0)"
+    root = a
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    if root is not a and a.size and a.__array_interface__["data"][0] != root.__array_interface__["data"][0]:
+        return "an input at a storage offset"
+    return "" if a.flags.c_contiguous else "a non-contiguous input"
+
+
+def _presentation_features(case: Case, what: str) -> list[str]:
+    """How the case reached the kernel besides its values: a kernel wrong only there is named by it."""
+    out = sorted({m for m in (_memory(x) for x in (case.query, case.key, case.value)) if m})
+    if case.query is case.key or case.key is case.value:
+        out.append("one object for two arguments")
+    pres = case.presentation
+    if pres is None:
+        return out
+    if pres.requires_grad is not None:
+        out.append("M asks for its gradient" if "bias" in pres.requires_grad else "some inputs ask for a gradient")
+    if what not in BACKWARD_CALLS and pres.grad_mode != "no_grad":
+        out.append({"grad": "forward under autograd", "inference": "forward under inference mode"}[pres.grad_mode])
+    if what in BACKWARD_CALLS and pres.backward == "twice":
+        out.append("backward twice over one graph")
+    if pres.default_dtype == "float64":
+        out.append("default dtype float64")
+    if pres.threads is not None:
+        out.append("another thread count")
+    return out
 
 
 # The empty sizes a caller meets (a batch with no prompts, no token yet, no key cached yet), as features: a
@@ -209,7 +242,10 @@ FIXED = frozenset(
         "|QK^T| > 65504 (float16 max)", f"large |scores| (>= {LARGE_SCORE:g})", "negative scale",
         "custom scale", "zero scale", "dropout", call_feature("vjp"), "mask broadcast along T",
         "mask broadcast along S", "sliding window", "softcap", "ALiBi", "attention sinks", "varlen lengths",
-        *(name for name, _ in EMPTY_SIZES),
+        *(name for name, _ in EMPTY_SIZES), "an input expanded (stride 0)", "an input at a storage offset",
+        "a non-contiguous input", "one object for two arguments", "M asks for its gradient",
+        "some inputs ask for a gradient", "forward under autograd", "forward under inference mode",
+        "backward twice over one graph", "default dtype float64", "another thread count",
     }
 )  # fmt: skip
 _PATTERNS = (
