@@ -100,10 +100,19 @@ def _blocked_rows(case: Case, mask, bias, alignment: str) -> list[str]:
     if bias is not None:
         blocked = blocked | np.isneginf(bias)
     if not (blocked.size and blocked.all(axis=-1).any()):
-        return []
+        return _rows_without_keys(case)
     if bias is not None and mask is None:
         return ["row blocked entirely: float -inf"]
     return [f"row blocked entirely: {'bool' if mask is not None else 'causal'}"]
+
+
+def _rows_without_keys(case: Case) -> list[str]:
+    """A sequence of a varlen case with no keys (``seqlens_k`` 0) leaves its query rows without a key to see,
+    the same fill question as a mask blocking them all (a kernel that gives them NaN does so for both)."""
+    lens = case.seqlens_k
+    if lens is not None and case.T and (np.asarray(lens) == 0).any():
+        return ["row blocked entirely: lengths"]
+    return []
 
 
 def _causal_features(case: Case, folded: bool) -> list[str]:
@@ -236,7 +245,8 @@ FIXED = frozenset(
     {
         "dtype float16 or bfloat16", "no mask", "bool mask", "float mask", "bool + float mask",
         "float mask with -inf entries", "float mask with |M| >= 1e4", "row blocked entirely: bool",
-        "row blocked entirely: causal", "row blocked entirely: float -inf", "T < S", "T == S", "T > S",
+        "row blocked entirely: causal", "row blocked entirely: float -inf", "row blocked entirely: lengths",
+        "T < S", "T == S", "T > S",
         "causal", "causal, T != S", "causal + mask", "suite folded causal into the mask", "decode T = 1",
         "S = 1", "head dim <= 8", "head dim > 128", "head dim not a multiple of 8", "Dk != Dv",
         "|QK^T| > 65504 (float16 max)", f"large |scores| (>= {LARGE_SCORE:g})", "negative scale",

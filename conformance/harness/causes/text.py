@@ -45,6 +45,7 @@ _FEATURE_HINTS = {
     "large |scores| (>= 64)": "large scores mishandled (no max subtracted, or a finite fill for blocked keys)?",
     "row blocked entirely: bool": "the fill of rows blocked entirely (000 §8: weights and output 0)?",
     "row blocked entirely: float -inf": "the fill of rows of -inf in a float mask?",
+    "row blocked entirely: lengths": "the fill of rows whose sequence has no keys (000 §8: output 0)?",
     "zero scale": "a scale of 0: the mask applied before the scale (-inf x 0 = NaN), or 0 read as no scale?",
     "negative scale": "a negative scale: the mask applied before the scale (-inf x -s = +inf), or sqrt(scale) "
     "on Q and K?",
@@ -197,6 +198,7 @@ _NAN_HINTS = {
     "not 000 §8's zeros",
     "row blocked entirely: float -inf": "rows of -inf in a float mask give NaN (0/0), not 000 §8's zeros",
     "row blocked entirely: causal": "rows causal blocks entirely give NaN (0/0), not 000 §8's zeros",
+    "row blocked entirely: lengths": "rows of a sequence with no keys give NaN (0/0), not 000 §8's zeros",
 }
 
 
