@@ -46,6 +46,7 @@ _FEATURE_HINTS = {
     "row blocked entirely: bool": "the fill of rows blocked entirely (000 §8: weights and output 0)?",
     "row blocked entirely: float -inf": "the fill of rows of -inf in a float mask?",
     "row blocked entirely: lengths": "the fill of rows whose sequence has no keys (000 §8: output 0)?",
+    "row blocked entirely": "the fill of rows with no key to see (000 §8: weights and output 0)?",
     "zero scale": "a scale of 0: the mask applied before the scale (-inf x 0 = NaN), or 0 read as no scale?",
     "negative scale": "a negative scale: the mask applied before the scale (-inf x -s = +inf), or sqrt(scale) "
     "on Q and K?",
@@ -199,6 +200,8 @@ _NAN_HINTS = {
     "row blocked entirely: float -inf": "rows of -inf in a float mask give NaN (0/0), not 000 §8's zeros",
     "row blocked entirely: causal": "rows causal blocks entirely give NaN (0/0), not 000 §8's zeros",
     "row blocked entirely: lengths": "rows of a sequence with no keys give NaN (0/0), not 000 §8's zeros",
+    "row blocked entirely": "rows blocked entirely (by a mask, a float mask of -inf, causal or a sequence with no "
+    "keys) give NaN (0/0), not 000 §8's zeros",
 }
 
 
