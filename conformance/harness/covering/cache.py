@@ -24,7 +24,12 @@ import numpy as np
 
 from conformance.contract import Declaration
 
-_SOURCES = ("conformance/harness/cases", "conformance/contract.py", "conformance/oracle.py")
+_SOURCES = (
+    "conformance/harness/cases",
+    "conformance/harness/covering",
+    "conformance/contract.py",
+    "conformance/oracle.py",
+)
 
 
 @functools.cache
