@@ -154,7 +154,7 @@ def presentation_reasons(decl: Declaration, r: dict[str, str]) -> list[str]:
         need.add("requires_grad")
     if r["context"] in ("forward under grad", "forward under inference mode"):
         need.add("grad_mode")
-    elif r["context"] == "default dtype float64":
+    if r.get("default dtype") == "float64":
         need.add("default_dtype")
     if r["backward calls"] != "once":
         need.add("backward")

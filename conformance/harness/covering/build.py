@@ -43,7 +43,7 @@ def presentation(r: dict[str, str]) -> Presentation | None:
         requires_grad=asked,
         grad_mode=mode,
         backward="twice" if r["backward calls"] != "once" else "once",
-        default_dtype="float64" if r["context"] == "default dtype float64" else None,
+        default_dtype="float64" if r.get("default dtype") == "float64" else None,
     )
     return None if pres == Presentation() else pres
 

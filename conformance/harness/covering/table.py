@@ -178,11 +178,14 @@ def _asked(case: Case, how: Call) -> str:
 
 def _context(case: Case, how: Call) -> str:
     pres = case.presentation
-    if pres is not None and pres.default_dtype == "float64":
-        return "default dtype float64"
     if pres is None or how.direction == "backward" or pres.grad_mode == "no_grad":
         return BY_DIRECTION
     return {"grad": "forward under grad", "inference": "forward under inference mode"}[pres.grad_mode]
+
+
+def _default_dtype(case: Case) -> str:
+    pres = case.presentation
+    return "float64" if pres is not None and pres.default_dtype == "float64" else "float32"
 
 
 def _heads(g: int, many: bool = False) -> Callable[[Case, Call], bool]:
@@ -220,7 +223,10 @@ ASKING = {
     ("query", "key", "value", "bias"): "query, key, value and M",
 }
 SUBSETS = ("query", "key", "value", "key and value", "query and value", "query and key")  # not every grad is computed
-CONTEXTS = (BY_DIRECTION, "forward under grad", "forward under inference mode", "default dtype float64")
+CONTEXTS = (BY_DIRECTION, "forward under grad", "forward under inference mode")
+# torch's default dtype around the call: its own is float32; a caller may have set float64 (a parameter apart
+# from the context, so that inference mode meets it too)
+DEFAULT_DTYPES = ("float32", "float64")
 COTANGENTS = ("contiguous", "transposed view", "expanded", OFFSET)
 SHAPE_PARAMETERS = ("B", "heads", "S", "T", "Dk", "Dv")  # what a per-shape cache keys on (the Q, K, V shapes)
 NON_SHAPE_PARAMETERS = (
@@ -235,10 +241,11 @@ NON_SHAPE_PARAMETERS = (
     "identity",
     "requires grad",
     "context",
+    "default dtype",
 )
 # The parameters of how a case reaches the kernel besides its values (the presentation, docs/case-space.md),
 # and the Declaration.presents attribute each value other than the first needs.
-PRESENTATION_PARAMETERS = ("identity", "requires grad", "context", "backward calls", "cotangent")
+PRESENTATION_PARAMETERS = ("identity", "requires grad", "context", "default dtype", "backward calls", "cotangent")
 
 PARAMETERS: tuple[Parameter, ...] = (
     Parameter("dtype", tuple(_v(d, _is(lambda c: c.dtype, d)) for d in DTYPES)),
@@ -323,6 +330,7 @@ PARAMETERS: tuple[Parameter, ...] = (
         "requires grad", tuple(_v(n, lambda c, d, n=n: _asked(c, d) == n) for n in (BY_DIRECTION, *ASKING.values()))
     ),
     Parameter("context", tuple(_v(n, lambda c, d, n=n: _context(c, d) == n) for n in CONTEXTS)),
+    Parameter("default dtype", tuple(_v(n, lambda c, d, n=n: _default_dtype(c) == n) for n in DEFAULT_DTYPES)),
     Parameter(
         "backward calls",
         (
