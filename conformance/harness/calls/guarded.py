@@ -116,7 +116,8 @@ class GuardedAdapter:
         self.calls = 0
         self.rejected: list[str] = []  # reasons for cases hypothesis had to discard
         self.programs = ProgramLog()  # structures met in this process, and the time of first calls
-        self.held: deque[tuple[str, np.ndarray, bytes]] = deque(maxlen=HELD_RESULTS)  # hold()
+        # hold(): (label, the kernel's array, its digest, the call that returned it)
+        self.held: deque[tuple[str, np.ndarray, bytes, int]] = deque(maxlen=HELD_RESULTS)
         self.begin()
 
     def __repr__(self) -> str:  # shown in hypothesis' falsifying examples: keep it short
@@ -255,7 +256,7 @@ class GuardedAdapter:
                 if now.flags.writeable:
                     np.copyto(now, before)
         for item in list(self.held):
-            label, arr, digest = item
+            label, arr, digest, _ = item
             if _digest(arr) != digest:
                 found.append(
                     f"changed a result it returned earlier (from '{label}') during this call: a buffer it handed "
@@ -277,7 +278,7 @@ class GuardedAdapter:
         kernel's doing. Large results are not held (the cost), and only the last few are."""
         if not isinstance(result, np.ndarray) or result.nbytes > HELD_BYTES:
             return result
-        self.held.append((case.label or case.describe()[:80], result, _digest(result)))
+        self.held.append((case.label or case.describe()[:80], result, _digest(result), self.calls))
         return np.array(result, copy=True)
 
     def _check_array(self, arr: Any, what: str, shape: tuple, case: Case, inputs: list) -> np.ndarray:
@@ -291,6 +292,16 @@ class GuardedAdapter:
         for a in inputs:
             if np.shares_memory(arr, a):
                 raise AdapterError(f"{self.name}: {what} shares memory with an input (a view, not a result)", case)
+        for label, earlier, _, call in self.held:
+            # a result the caller still holds is alive: no fresh allocation can overlap it, only a buffer handed
+            # out again (the next write to it, by the kernel or by the caller, changes both results); one call's
+            # results may share (one object given as query and key has one gradient)
+            if call != self.calls and np.may_share_memory(arr, earlier) and np.shares_memory(arr, earlier):
+                raise AdapterError(
+                    f"{self.name}: {what} is memory it returned before (from '{label}'), which its caller still "
+                    "holds: a buffer handed out again, so the earlier result now holds this call's numbers",
+                    case,
+                )
         return self.hold(arr, case)
 
     def call_raw(self, case: Case) -> tuple[Any, BaseException | None]:
