@@ -13,7 +13,9 @@ gradient, a wrong thing done around the call). A mutant is the validating torch 
 trigger holds. ``scripts/mutant_kill_rates.py --family calls`` samples and certifies them.
 
 The arity counts every predicate the bug needs to show, the perturbation's own need included (dropping
-the mask needs a mask: "a mask is given" joins the trigger), as for the NumPy family.
+the mask needs a mask: "a mask is given" joins the trigger), as for the NumPy family; an output buffer
+handed out again shows only on a second call that meets the trigger with the same shapes, one more
+condition (the NumPy family's "called before with the same shapes").
 """
 
 from __future__ import annotations
@@ -89,6 +91,9 @@ class Perturbation:
     name: str
     needs: tuple[str, ...] = ()  # predicates without which it changes nothing
     kind: str = "forward"  # "forward" (the answer), "backward" (a gradient), "around" (around the call)
+    # shows only on a second call that meets the trigger with the same shapes while the first result is held:
+    # that call is one more condition, counted in the arity like a need
+    again: bool = False
 
 
 PERTURBATIONS: tuple[Perturbation, ...] = (
@@ -100,7 +105,7 @@ PERTURBATIONS: tuple[Perturbation, ...] = (
     Perturbation("value heads rolled"),
     Perturbation("dQ off by 10 %", ("the query asks for a gradient",), "backward"),
     Perturbation("dV zeroed", ("the value asks for a gradient",), "backward"),
-    Perturbation("output buffer handed out again", (), "around"),
+    Perturbation("output buffer handed out again", (), "around", again=True),
     Perturbation("grad mode left off", ("autograd is on",), "around"),
     Perturbation("global generator drawn", (), "around"),
     Perturbation("default dtype left at float64", (), "around"),
@@ -124,11 +129,11 @@ class CallSpec:
     def name(self) -> str:
         if self.accepts:
             return f"the call breaks {self.accepts} -> answered instead of refused"
-        return " & ".join(self.trigger) + f" -> {self.perturbation}"
+        return (" & ".join(self.trigger) or "any call") + f" -> {self.perturbation}"
 
     @property
     def arity(self) -> int:
-        return 1 if self.accepts else len(self.trigger)
+        return 1 if self.accepts else len(self.trigger) + BY_NAME[self.perturbation].again
 
 
 _BUFFERS: dict = {}
@@ -241,8 +246,8 @@ def sample(n: int, arity: int, seed: int) -> list[CallSpec]:
         pert = PERTURBATIONS[rng.integers(len(PERTURBATIONS))]
         trigger = list(pert.needs)
         free = [p for p in names if p not in trigger]
-        k = arity - len(trigger)
-        if k < 0 or (k == 0 and not trigger):
+        k = arity - len(trigger) - pert.again
+        if k < 0 or (k == 0 and not trigger and not pert.again):
             continue
         trigger += [free[i] for i in sorted(rng.choice(len(free), size=k, replace=False))]
         if _contradicts(trigger, pert):
@@ -270,6 +275,10 @@ def _contradicts(trigger: list[str], pert: Perturbation) -> bool:
         return True
     if pert.name == "grad mode left off" and "inference mode" in t:
         return True
+    if pert.name == "default dtype left at float64" and "the default dtype is float64" in t:
+        return True  # the caller's own default: left as it was
+    if pert.name == "global generator drawn" and "dropout is on" in t:
+        return True  # dropout draws from the generator: the contract allows it (state is checked without dropout)
     # the buffer is handed out only for outputs off the graph
     return pert.name == "output buffer handed out again" and bool(
         t & {"the query asks for a gradient", "the value asks for a gradient", "inference mode"}
