@@ -217,7 +217,7 @@ def _report(specs, results, args, wall: float) -> None:
     by_clause = collections.Counter()
     for s, r in zip(specs, results):
         killed = r["killed_by"] is not None
-        for table, key in ((by_arity, s.arity), (by_pert, s.perturbation)):
+        for table, key in ((by_arity, s.arity), (by_pert, s.perturbation or "an invalid call answered")):
             table[key][0] += killed
             table[key][1] += 1
         by_clause[(r["killed_by"] or "survived").split("[")[0]] += 1

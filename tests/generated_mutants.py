@@ -338,6 +338,9 @@ def sample(
     return out
 
 
+_BACKWARD_ONLY = {("backward calls", "twice over one graph")}
+
+
 def inert_reason(spec: Spec, decl, defaults: dict[str, str]) -> str:
     """Why ``spec``'s perturbation cannot change anything under its trigger, when the perturbation
     itself (``inert``) or the hiding table (``harness.covering.hiding``: a value of the trigger hides
@@ -348,6 +351,12 @@ def inert_reason(spec: Spec, decl, defaults: dict[str, str]) -> str:
 
     pert = BY_NAME[spec.perturbation]
     plain = {p: v for p, v in spec.trigger if (p, v) != AGAIN}
+    backward_only = [
+        f"{p}: {v}" for p, v in plain.items() if (p, v) in _BACKWARD_ONLY or p == "cotangent" and v != "contiguous"
+    ]
+    if pert.direction == "forward" and backward_only:
+        # the incoming gradient's layout and a second backward exist in the backward alone: a forward never sees them
+        return f"equivalent: {pert.name} acts in the forward, which {backward_only[0]} never reaches"
     for item in pert.inert:
         if item in plain.items():
             return f"equivalent: {pert.name} changes nothing at {item[0]}: {item[1]}"
