@@ -11,7 +11,8 @@ release (``pytest conformance/clauses --impl=X --certificate=F``, one process ea
 when present in DIR; each with its expectations file less the causes scoped to that release, so that a
 release's bugs are found without the suite being told them), then asks of the affected release's likely
 causes: is one of the first two the bug (its features include the entry's ``cause`` and its hint matches
-``mechanism``), and of the fixed release's: is none of them. Exit 1 when a bug is missed (a finding about the suite, to fix there, not a row to drop).
+``mechanism``), and of the fixed release's: is none of them. Exit 1 when a bug is missed (a finding about
+the suite, to fix there, not a row to drop).
 """
 
 from __future__ import annotations
