@@ -137,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--json", help="write every mutant's result here")
     ap.add_argument("--start", type=int, default=1, help="certify the sample from its N-th mutant (resume a run)")
+    ap.add_argument("--end", type=int, default=0, help="... up to its N-th mutant (split a sample across processes)")
     ap.add_argument(
         "--family",
         choices=("values", "calls"),
@@ -156,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
             specs = call_sample(n1, 1, args.seed) + (
                 call_sample(args.n - n1, 2, args.seed + 1) if args.arity == 2 else []
             )
-        return _run(specs[args.start - 1 :], args)
+        return _run(specs[args.start - 1 : args.end or None], args)
 
     from conformance.harness.covering import admission
     from conformance.harness.covering import array as covering
@@ -182,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         specs = sample(n1, 1, args.seed, values, admits, equivalent)
         if args.arity == 2:
             specs += sample(args.n - n1, 2, args.seed + 1, values, admits, equivalent)
-    return _run(specs[args.start - 1 :], args)
+    return _run(specs[args.start - 1 : args.end or None], args)
 
 
 def _run(specs, args) -> int:
