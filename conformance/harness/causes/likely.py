@@ -170,10 +170,11 @@ def likely_causes(rows: list[dict]) -> dict:
     # a release's new bug is told among the causes no expectation knows, not mixed into a known limitation
     # that shares one of its features (float64 rows of NaN beside float64's unchecked shapes).
     known = {i for i in left if with_case[i]["outcome"] == "expected failure"}
-    phases = [p - known for p in (leak, wrong, rest)] + [p & known for p in (leak, wrong, rest)]
+    groups = ((leak, False), (wrong, True), (rest, False))  # (failures, wrong values)
+    phases = [(g - known, w, False) for g, w in groups] + [(g & known, w, True) for g, w in groups]
     picked: dict[tuple[tuple[str, ...], bool], tuple[list[dict], bool]] = {}  # (features, known) -> (rows, wrong)
-    for n_phase, phase in enumerate(phases):
-        if n_phase == 2 and one_precision is not None:
+    for n, (phase, phase_wrong, phase_known) in enumerate(phases):
+        if n == 2 and one_precision is not None:  # the rest no expectation names: one precision first
             causes.append(dict(one_precision[0], wrong_values=False, weight=weight([with_case[i] for i in took])))
         todo = {c: hit & phase for c, hit in explains.items() if hit & phase}
         uncovered = set(phase)
@@ -215,9 +216,8 @@ def likely_causes(rows: list[dict]) -> dict:
             shown = tuple(_without_markers([names[i] for i in best], rows_of, per_clause))
             # one feature set is one cause, whichever group its failures fell in (is_causal ignored gives NaN
             # in one case and a 0.48 relative error in another: one bug)
-            key = (shown, n_phase >= 3)
-            before, was_wrong = picked.get(key, ([], False))
-            picked[key] = (before + rows_of, was_wrong or n_phase % 3 == 1)
+            before, was_wrong = picked.get((shown, phase_known), ([], False))
+            picked[(shown, phase_known)] = (before + rows_of, was_wrong or phase_wrong)
     for (shown, _), (rows_of, was_wrong) in picked.items():
         parts = [(f, p) for kind in _by_outcome(rows_of) for f, p in _by_convention(list(shown), kind)]
         for feats, part in parts:
