@@ -158,11 +158,12 @@ def test_dropout_seed(impl, dtype):
     impl.require(case)
     a = observe_weights(impl, case)
     b = observe_weights(impl, case)
-    if impl.declaration.deterministic:
+    # the V = I probe is built anew for each observation, so its memory differs: bits only under layout_invariant
+    if impl.declaration.deterministic and impl.declaration.layout_invariant:
         check(
             np.array_equal(a, b),
             f"the same seed gave different weights in {int((a != b).sum())} places "
-            "(declared deterministic: bitwise equality expected)",
+            "(declared deterministic and layout_invariant: bitwise equality expected)",
             case,
         )
     else:

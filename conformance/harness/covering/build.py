@@ -160,6 +160,26 @@ def offset_view(x: np.ndarray) -> np.ndarray:
     return view
 
 
+# Whole-buffer alignment: SIMD and GEMM paths choose their blocking by the address of the data (16, 32 and 64
+# bytes: SSE, AVX2, AVX-512 vector widths and the cache line), so a kernel that is right at one address and
+# wrong at another is seen only when its inputs arrive at both. 64 covers every width up to AVX-512.
+ALIGNMENT = 64
+
+
+def at_alignment(x: np.ndarray, offset_bytes: int = 0) -> np.ndarray:
+    """The values of ``x``, C-contiguous, starting ``offset_bytes`` past a 64-byte boundary (a multiple of the
+    itemsize): 0 gives an aligned copy, any other offset one that no vector width divides. Nothing but the
+    address differs, so a kernel whose answer changes beyond the error model here depends on alignment."""
+    x = np.asarray(x)
+    if offset_bytes % x.itemsize:
+        raise ValueError(f"offset of {offset_bytes} bytes is not a multiple of the itemsize {x.itemsize}")
+    raw = np.empty(x.nbytes + ALIGNMENT + offset_bytes, dtype=np.uint8)
+    start = (-raw.ctypes.data) % ALIGNMENT + offset_bytes
+    view = raw[start : start + x.nbytes].view(x.dtype).reshape(x.shape)
+    view[...] = x
+    return view
+
+
 def cotangent(form: str, g: np.ndarray) -> np.ndarray:
     """The cotangent ``g`` in memory ``form`` (table.COTANGENTS); "expanded" keeps its first query
     row for every row (a stride-0 query axis: the ones of ``out.sum().backward()`` are expanded so)."""

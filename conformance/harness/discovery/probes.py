@@ -16,6 +16,7 @@ import numpy as np
 
 from conformance.contract import DTYPES, Case, dtype_name, np_dtype
 from conformance.harness.cases.build import random_case
+from conformance.harness.covering.build import at_alignment, offset_view
 from conformance.harness.discovery import witness as w
 from conformance.harness.discovery.probing import Probing
 
@@ -217,4 +218,51 @@ def deterministic(p: Probing) -> None:
     p.record("deterministic", same, "; ".join(notes))
 
 
-LIMITS = (max_head_dim, requires_dk_eq_dv, deterministic)
+def _transposed_view(x: np.ndarray) -> np.ndarray:
+    """The values of ``x`` as a view whose last two axes are stored transposed (a projection's output)."""
+    return np.swapaxes(np.ascontiguousarray(np.swapaxes(x, -1, -2)), -1, -2)
+
+
+def layout_invariant(p: Probing) -> None:
+    """Whether the same numbers in other memory give the same bits: the query, key and value at 1 to 15 elements
+    past a 64-byte boundary, as views into a larger buffer and as transposed views, against the same case on a
+    64-byte boundary. Reported as a note, not declared: the author's claim to make (``layout_invariant=true``)."""
+    if p.pinned_here("layout_invariant"):
+        return
+    if not p.decl.deterministic:
+        p.note("layout_invariant", "false", "not deterministic: a repeated call already differs")
+        return
+    case = base(p, 10, B=2, Hq=2, T=16, S=40, Dk=24)
+    names = ("query", "key", "value")
+    aligned = case.replace(**{n: at_alignment(getattr(case, n)) for n in names})
+    first = p.forward(aligned)
+    if not first.ok:
+        p.note("layout_invariant", "not measured", f"B=2 H=2 T=16 S=40 D=24 on a 64-byte boundary: {first.error}")
+        return
+    moved_by = []
+    for k in range(1, 16):
+        moved = case.replace(**{n: at_alignment(getattr(case, n), k * getattr(case, n).itemsize) for n in names})
+        o = p.forward(moved)
+        if o.ok and not np.array_equal(o.value, first.value, equal_nan=True):
+            moved_by.append(str(k))
+    differ = [f"{', '.join(moved_by)} element(s) past a 64-byte boundary"] if moved_by else []
+    for what, view in (("views into a larger buffer", offset_view), ("transposed views", _transposed_view)):
+        o = p.forward(case.replace(**{n: view(getattr(case, n)) for n in names}))
+        if o.ok and not np.array_equal(o.value, first.value, equal_nan=True):
+            differ.append(what)
+    same = not differ
+    evidence = (
+        "Q, K, V at 1 to 15 elements past a 64-byte boundary, as offset views and as transposed views: bitwise equal"
+        if same
+        else f"bits differ from the 64-byte-aligned call with Q, K, V at {'; as '.join(differ)}"
+    )
+    # Reported, never claimed: bits measured on this CPU need not hold on another (a vector width or a BLAS core
+    # type picks other blocking), so a kernel is held to layout invariance only when its author declares it.
+    if same:
+        evidence += (
+            " on this host; not claimed (bits on one CPU need not hold on another): --declare it to be held to it"
+        )
+    p.note("layout_invariant", "true here" if same else "false", evidence)
+
+
+LIMITS = (max_head_dim, requires_dk_eq_dv, deterministic, layout_invariant)
