@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conformance.harness.calls.guarded import GuardedAdapter
@@ -84,3 +85,59 @@ def test_pytest_items_end_to_end(tmp_path):
         base + ["-rs", "--impl=numpy", f"--baseline={tmp_path}"], cwd=ROOT, env=env, capture_output=True, text=True
     )
     assert skip.returncode == 0 and "no baseline in" in skip.stdout, skip.stdout
+
+
+def _other_machine(meta: dict) -> dict:
+    """The recording's machine record, faked as another CPU with another OpenBLAS core type."""
+    return {**meta["machine"], "cpu": "Another CPU", "blas": {**meta["machine"]["blas"], "corename": "SkylakeX"}}
+
+
+def _moved_within_model(recorded: dict) -> dict:
+    """The recorded float32/float64 outputs moved by 4x the baseline's relative drift threshold: a
+    move the baseline notices, far inside the error model (the kernel's output is unchanged)."""
+    from conformance.harness.records.baseline_compare import RTOL
+
+    out = {}
+    for k, v in recorded.items():
+        d = k.rsplit("/", 1)[1]
+        out[k] = (v.astype(np.float64) * (1 + 4 * RTOL[d])).astype(v.dtype) if d in ("float32", "float64") else v
+    return out
+
+
+def test_baseline_records_the_machine_and_another_machine_is_not_a_regression(tmp_path):
+    """A figure that moved on another machine within the error model is reported, not failed; the same
+    move on the recording's machine fails as before; a move beyond the error model fails on any machine."""
+    import tests.mutants_golden  # noqa: F401 - registers output_drift_1e-3
+    from conformance.harness.calls.machine import machine, machine_changes
+    from conformance.harness.records.baseline_compare import compare_on
+
+    impl = _impl(MUTANTS["base"]())
+    record(tmp_path, "kernel", impl)
+    meta, recorded = load(tmp_path, "kernel")
+    assert meta["machine"]["cpu"] and "blas" in meta["machine"]
+    now = machine()
+    assert machine_changes(meta["machine"], now) == []
+    run = run_grid(impl)
+    moved = _moved_within_model(recorded)
+
+    same = compare_on(meta, moved, run, impl.declaration, machine_changes(meta["machine"], now))
+    assert same.machine == "" and same.moved == []
+    assert same.problems == compare_run(meta, moved, run) and "outputs that drifted" in same.problems[0]
+
+    changes = machine_changes(_other_machine(meta), now)
+    assert changes and changes[0].startswith("cpu: Another CPU -> ")
+    assert f"blas corename: SkylakeX -> {now['blas'].get('corename', 'unset')}" in changes
+    other = compare_on(meta, moved, run, impl.declaration, changes)
+    assert other.machine.startswith("another machine: cpu: Another CPU")
+    assert other.problems == []  # moved, but within the error model: not a regression
+    assert other.moved and other.moved[0].startswith("moved on another machine (within the error model)")
+    assert "self/plain/float64" in other.moved[0]
+
+    bad = _impl(MUTANTS["output_drift_1e-3"]())
+    beyond = compare_on(meta, recorded, run_grid(bad), bad.declaration, changes)
+    assert beyond.problems and "beyond the error model" in beyond.problems[0]
+    assert "self/plain/float64" in beyond.problems[0]
+    assert not any("self/plain/float64" in m for m in beyond.moved)  # a failure is not "within the model"
+
+    unrecorded = compare_on({k: v for k, v in meta.items() if k != "machine"}, moved, run, impl.declaration, None)
+    assert unrecorded.machine.startswith("machine not recorded") and unrecorded.problems == same.problems

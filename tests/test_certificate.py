@@ -53,8 +53,10 @@ def _check_conforming(good: Path) -> None:
     assert set(a["error_stats"]) == {"float64", "float32", "float16", "bfloat16"}
     assert doc["golden_set"]["sha256"] == fixtures.set_hash() and doc["golden_set"]["hashes_ok"]
     assert a["environment"]["libraries"]["numpy"] and a["declaration"]["all_blocked"] == "zeros"
+    assert doc["machine"]["cpu"] and doc["machine"]["builds"]["numpy"] and "blas" in doc["machine"]
     md = good.with_suffix(".md").read_text()
     assert "**Verdict: CONFORMS**" in md and "| GOLDEN-01 | pass |" in md and fixtures.set_hash() in md
+    assert f"| machine (as the libraries see it) | {doc['machine']['cpu']} (" in md
 
 
 def _check_drifting_and_compare(tmp_path: Path, good: Path) -> None:
@@ -119,3 +121,54 @@ def test_compare_cli(tmp_path):
         [sys.executable, "-m", "conformance.certificates", "compare", str(p)], cwd=ROOT, capture_output=True, text=True
     )
     assert out.returncode == 0 and "| X-01 | n/a |" in out.stdout
+
+
+def _cert(max_f32: float, machine: dict | None) -> dict:
+    doc = {
+        "date": "d",
+        "golden_set": {"sha256": "ab" * 32},
+        "adapters": {
+            "k": {
+                "spec": "k",
+                "verdict": "CONFORMS",
+                "clauses": {"X-01": {"outcome": "pass", "detail": "r"}},
+                "error_stats": {"float32": {"max": max_f32, "mean": 0.0, "p99": 0.0}},
+                "environment": {"device": "cpu"},
+            }
+        },
+    }
+    if machine is not None:
+        doc["machine"] = machine
+    return doc
+
+
+def test_compare_names_another_machine_and_what_moved_there(tmp_path):
+    """Two certificates of one kernel: on another machine the comparison says so first, and a figure
+    that differs is "moved on another machine"; on the same machine (or one not recorded) it reads as
+    before. Checked in the Markdown table and the HTML page."""
+    from conformance.certificates import load
+    from conformance.harness.calls.machine import machine
+    from conformance.harness.records.certificate_html import render_compare as render_html
+
+    here = machine()
+    there = {**here, "cpu": "Another CPU", "torch_cpu_capability": "AVX512"}
+    paths = {}
+    for name, doc in {
+        "a": _cert(1e-7, here),
+        "b": _cert(2e-7, there),
+        "c": _cert(2e-7, here),
+        "d": _cert(2e-7, None),
+    }.items():
+        paths[name] = tmp_path / f"{name}.json"
+        paths[name].write_text(json.dumps(doc))
+    other = render_compare([paths["a"], paths["b"]])
+    assert other.startswith("another machine: k (b) against k (a): cpu: ")
+    assert "Another CPU" in other.splitlines()[0]
+    assert "| max error vs oracle, float32 | 1e-07 | 2e-07 (moved on another machine) |" in other
+    assert "| machine | " in other
+    same = render_compare([paths["a"], paths["c"]])
+    assert same.startswith("| clause |") and "moved on another machine" not in same
+    unrecorded = render_compare([paths["a"], paths["d"]])
+    assert unrecorded.startswith("machine not recorded in k (d)") and "moved on another" not in unrecorded
+    page = render_html(load([paths["a"], paths["b"]]))
+    assert "another machine: k (b) against k (a)" in page and "moved on another machine" in page

@@ -1,5 +1,7 @@
-"""Baselines on disk: ``DIR/<impl>/baseline.json`` (environment, thresholds, error statistics) and
-``outputs.npz`` (the grid's outputs, bfloat16 stored as its bits)."""
+"""Baselines on disk: ``DIR/<impl>/baseline.json`` (environment, machine, thresholds, error statistics)
+and ``outputs.npz`` (the grid's outputs, bfloat16 stored as its bits). The ``machine`` record
+(harness.calls.machine) lets a later comparison tell another machine from a regression; baselines
+recorded before it existed have none, and are compared as on the same machine."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import numpy as np
 
 from conformance.contract import np_dtype
 from conformance.harness.calls.environment import environment
+from conformance.harness.calls.machine import machine
 from conformance.harness.records.baseline_compare import thresholds
 from conformance.harness.records.baseline_grid import run_grid
 
@@ -33,6 +36,7 @@ def record(directory: Path, spec: str, impl) -> Path:
         "format": FORMAT,
         "impl": spec,
         "environment": environment(impl.adapter),
+        "machine": machine(),
         "thresholds": thresholds(),
         "inputs": run.inputs,
         "output_dtypes": {k: str(np.asarray(v).dtype) for k, v in run.outputs.items()},

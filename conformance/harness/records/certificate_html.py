@@ -17,9 +17,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from conformance.contract import DTYPES
+from conformance.harness.calls.machine import summary as machine_summary
 from conformance.harness.perf import charts as perf_charts
 from conformance.harness.records import heatmap_svg
-from conformance.harness.records.certificate_markdown import expectation_run
+from conformance.harness.records.certificate_markdown import expectation_run, machine_notes, max_error_cell
 from conformance.harness.records.html_parts import esc, inline_svg, page, table
 from conformance.harness.records.perf_html import perf_section
 
@@ -83,6 +84,7 @@ def render(doc: dict) -> str:
         parts.append(perf_section(a.get("perf"), spec))
         env = a.get("environment") or {}
         rows = [[k, env.get(k)] for k in ("platform", "machine", "processor", "python", "device") if k in env]
+        rows.append(["machine (as the libraries see it)", machine_summary(doc.get("machine"))])
         rows += [[lib, v] for lib, v in (env.get("libraries") or {}).items()]
         parts.append("<h2>Environment</h2>" + table(["", ""], rows))
         parts.append("<h2>Declaration</h2>" + table(["field", "value"], [[k, v] for k, v in a["declaration"].items()]))
@@ -109,11 +111,13 @@ def render(doc: dict) -> str:
             if "recorded" in b:
                 parts.append(f"<p>Recorded to <code>{esc(b['recorded'])}</code> in this run.</p>")
             else:
+                if b.get("machine"):  # "another machine: ..." or "machine not recorded ..."
+                    parts.append(f"<p>{esc(b['machine'][0].upper() + b['machine'][1:])}.</p>")
                 parts.append(
                     f"<p>Compared against <code>{esc(b['directory'])}</code>: "
                     f"<b>{'no drift' if b['passed'] else 'MOVED'}</b>.</p>"
                 )
-                parts += [f"<pre>{esc(p)}</pre>" for p in b.get("problems", [])]
+                parts += [f"<pre>{esc(p)}</pre>" for p in b.get("problems", []) + b.get("moved_on_another_machine", [])]
         parts.append("<h2>Failures</h2>")
         if not a.get("failures"):
             parts.append("<p>None.</p>")
@@ -190,6 +194,8 @@ def render_compare(columns: list[tuple[str, dict, dict]]) -> str:
 
     labels = [label for label, _, _ in columns]
     parts = ["<h1>SDPA conformance certificates side by side</h1>"]
+    top, moved = machine_notes(columns)  # certificates from different machines: what differs
+    parts += [f"<p><b>{esc(t)}</b></p>" for t in top]
     summary = [["verdict"] + [e.get("verdict", "?") for _, e, _ in columns]]
     summary.append(
         ["declared deviations"]
@@ -206,8 +212,7 @@ def render_compare(columns: list[tuple[str, dict, dict]]) -> str:
     for d in DTYPES:
         if any(d in e.get("error_stats", {}) for _, e, _ in columns):
             summary.append(
-                [f"max error vs oracle, {d}"]
-                + [f"{e['error_stats'][d]['max']:.3g}" if d in e.get("error_stats", {}) else "-" for _, e, _ in columns]
+                [f"max error vs oracle, {d}"] + [max_error_cell(columns, i, d, moved) for i in range(len(columns))]
             )
     for cid in ("MEM-SCALING-01",):
         cells = [((e.get("perf") or {}).get("clauses") or {}).get(cid) for _, e, _ in columns]
@@ -217,6 +222,7 @@ def render_compare(columns: list[tuple[str, dict, dict]]) -> str:
                 + [f"{c['scaling']['verdict']} (claimed {c.get('claimed')})" if c else "-" for c in cells]
             )
     summary.append(["device"] + [(e.get("environment") or {}).get("device", "-") for _, e, _ in columns])
+    summary.append(["machine"] + [machine_summary(d.get("machine")) for _, _, d in columns])
     summary.append(["date"] + [d.get("date", "-") for _, _, d in columns])
     parts.append(table(["", *labels], summary))
     report = {"adapters": {label: e["perf"] for label, e, _ in columns if (e.get("perf") or {}).get("rows")}}

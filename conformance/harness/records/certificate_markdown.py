@@ -10,6 +10,8 @@ from typing import Any
 
 from conformance.contract import DTYPES
 from conformance.harness.calls import programs
+from conformance.harness.calls.machine import machine_changes
+from conformance.harness.calls.machine import summary as machine_summary
 from conformance.harness.discovery.discover import declare_text
 from conformance.harness.records import coverage_tables, invalid_inputs
 
@@ -86,6 +88,7 @@ def render_markdown(doc: dict) -> str:
         env = a["environment"]
         out.append("\n## Environment\n\n| | |\n|---|---|")
         out += [f"| {k} | {_esc(env[k])} |" for k in ("platform", "machine", "processor", "python", "device")]
+        out.append(f"| machine (as the libraries see it) | {_esc(machine_summary(doc.get('machine')))} |")
         out += [f"| {lib} | {v} |" for lib, v in env["libraries"].items()]
         out.append("\n## Declaration\n\n| field | value |\n|---|---|")
         out += [f"| {k} | {_esc(v)} |" for k, v in a["declaration"].items() if k != "notes"]
@@ -116,10 +119,12 @@ def render_markdown(doc: dict) -> str:
             if "recorded" in b:
                 out.append(f"Recorded to `{b['recorded']}` in this run.")
             else:
+                if b.get("machine"):  # "another machine: ..." or "machine not recorded ..."
+                    out.append(f"{b['machine'][0].upper()}{b['machine'][1:]}.\n")
                 out.append(f"Compared against `{b['directory']}`: **{'no drift' if b['passed'] else 'MOVED'}**.")
                 if b.get("environment_changes"):
                     out.append("Environment changes since the recording: " + "; ".join(b["environment_changes"]))
-                for p in b.get("problems", []):
+                for p in b.get("problems", []) + b.get("moved_on_another_machine", []):
                     out.append("\n```\n" + p + "\n```")
         out += perf_lines(a.get("perf"))
         out.append("\n## Failures\n")
@@ -137,9 +142,10 @@ def render_compare(cols: list[tuple[str, dict, dict]]) -> str:
     ``conformance.certificates.load`` gives them (label, adapter entry, whole certificate)."""
     if not cols:
         return "no adapters in the given certificates\n"
+    top, moved = machine_notes(cols)
     clauses = sorted({cid for _, e, _ in cols for cid in e.get("clauses", {})})
     head = "| clause | " + " | ".join(c for c, _, _ in cols) + " |"
-    lines = [head, "|---|" + "---|" * len(cols)]
+    lines = [*(f"{t}\n" for t in top), head, "|---|" + "---|" * len(cols)]
     lines.append("| **verdict** | " + " | ".join(f"**{e.get('verdict', '?')}**" for _, e, _ in cols) + " |")
     lines.append("| declared deviations | " + " | ".join(_deviation_cell(e) for _, e, _ in cols) + " |")
     lines.append("| expected failures | " + " | ".join(_expected_cell(e) for _, e, _ in cols) + " |")
@@ -157,9 +163,10 @@ def render_compare(cols: list[tuple[str, dict, dict]]) -> str:
         lines.append(f"| {cid} | " + " | ".join(cells) + " |")
     dtypes = [d for d in DTYPES if any(d in e.get("error_stats", {}) for _, e, _ in cols)]
     for d in dtypes:
-        cells = [f"{e['error_stats'][d]['max']:.3g}" if d in e.get("error_stats", {}) else "-" for _, e, _ in cols]
+        cells = [max_error_cell(cols, i, d, moved) for i in range(len(cols))]
         lines.append(f"| max error vs oracle, {d} | " + " | ".join(cells) + " |")
     lines.append("| device | " + " | ".join(e.get("environment", {}).get("device", "-") for _, e, _ in cols) + " |")
+    lines.append("| machine | " + " | ".join(_esc(machine_summary(d.get("machine"))) for _, _, d in cols) + " |")
     lines.append(
         "| golden set | " + " | ".join(f"`{(d['golden_set']['sha256'] or '-')[:12]}`" for _, _, d in cols) + " |"
     )
@@ -171,6 +178,47 @@ def render_compare(cols: list[tuple[str, dict, dict]]) -> str:
         "deviations: declaration values that depart from a rule of the spec (each certificate quotes the rule).\n"
     )
     return "\n".join(lines) + "\n" + legend
+
+
+def machine_notes(cols: list[tuple[str, dict, dict]]) -> tuple[list[str], dict[int, int]]:
+    """The lines a comparison starts with when its certificates come from different machines, and,
+    for each column measured on another machine than the first column of the same adapter, that
+    column's index (column -> reference column): its figures that differ moved on another machine.
+
+    Each certificate's machine record (harness.calls.machine) is compared with the first
+    certificate's: "another machine: <label>: <what differs>", or "machine not recorded" for a
+    certificate written before the record existed (compared as today)."""
+    top, moved, seen = [], {}, set()
+    first_doc, first_label = cols[0][2], cols[0][0]
+    for label, _, doc in cols[1:]:
+        if doc is first_doc or id(doc) in seen:
+            continue
+        seen.add(id(doc))
+        changes = machine_changes(first_doc.get("machine"), doc.get("machine"))
+        if changes is None:
+            top.append(f"machine not recorded in {first_label if not first_doc.get('machine') else label}: "
+                       "compared as on the same machine")  # fmt: skip
+        elif changes:
+            top.append(f"another machine: {label} against {first_label}: " + "; ".join(changes))
+    reference: dict[str, int] = {}
+    for i, (label, entry, doc) in enumerate(cols):
+        j = reference.setdefault(str(entry.get("spec", label)), i)
+        if j != i and machine_changes(cols[j][2].get("machine"), doc.get("machine")):
+            moved[i] = j
+    return top, moved
+
+
+def max_error_cell(cols: list[tuple[str, dict, dict]], i: int, d: str, moved: dict[int, int]) -> str:
+    """Column ``i``'s max error for dtype ``d``; "(moved on another machine)" where it differs from
+    the same adapter's figure on the reference machine (not a regression: the verdicts judge)."""
+    stats = cols[i][1].get("error_stats", {})
+    if d not in stats:
+        return "-"
+    cell = f"{stats[d]['max']:.3g}"
+    ref = cols[moved[i]][1].get("error_stats", {}).get(d) if i in moved else None
+    if ref is not None and ref["max"] != stats[d]["max"]:
+        cell += " (moved on another machine)"
+    return cell
 
 
 def perf_lines(section: dict | None) -> list[str]:

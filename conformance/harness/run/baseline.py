@@ -20,6 +20,12 @@ the run header says so. The comparison fails, with a table of what moved, when
   change of formula, rounding mode of P or accumulation dtype does not;
 * an error statistic of a dtype got worse by more than ``WORSE`` (= 2) times its recorded value plus a
   floor of ``FLOOR[d]`` (a tenth of ATOL[d]), so that noise around a tiny error is not a regression.
+
+The recording carries the machine it ran on (harness.calls.machine). Compared on another machine
+(another CPU model, capability level, BLAS core type or library build), the run says "another
+machine: <what differs>" and reports what moved as "moved on another machine" without failing; it
+fails only where a moved output lies beyond the error model. A recording without the record is
+compared as above, and the run says "machine not recorded".
 """
 
 from __future__ import annotations
@@ -29,7 +35,8 @@ from pathlib import Path
 import pytest
 
 from conformance.harness.calls.environment import environment, environment_changes
-from conformance.harness.records.baseline_compare import WORSE, compare_run
+from conformance.harness.calls.machine import machine, machine_changes
+from conformance.harness.records.baseline_compare import WORSE, compare_on
 from conformance.harness.records.baseline_grid import run_grid
 from conformance.harness.records.baseline_store import dirname, load, record
 from conformance.harness.run.runstate import get_state
@@ -72,17 +79,23 @@ class BaselineItem(pytest.Item):
             )
         meta, recorded = loaded
         run = run_grid(impl)
-        problems = compare_run(meta, recorded, run)
+        changes = machine_changes(meta.get("machine"), machine())
+        result = compare_on(meta, recorded, run, impl.declaration, changes)
+        problems = result.problems
         env = environment_changes(meta["environment"], environment(impl.adapter))
         store[self.spec] = {
             "directory": str(self.directory),
             "passed": not problems,
             "problems": problems,
+            "machine": result.machine,  # "another machine: ...", "machine not recorded ...", or ""
+            "moved_on_another_machine": result.moved,
             "environment_changes": env,
             "per_dtype": run.per_dtype,
         }
         if problems:
             head = f"{self.spec} moved against its baseline in {self.directory / dirname(self.spec)}"
+            if result.machine:
+                head = f"{result.machine}\n{head}"
             if env:
                 head += "\nenvironment changes since the recording: " + "; ".join(env)
             raise BaselineFailure(head + "\n\n" + "\n\n".join(problems))
@@ -140,6 +153,19 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
                 recording=recording,
             )
         )
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    """A baseline from another machine passes where its figures moved within the error model: say so."""
+    for spec, r in results(config).items():
+        if r.get("machine"):
+            terminalreporter.write_line(f"baseline {spec}: {r['machine']}")
+        if r.get("moved_on_another_machine"):
+            terminalreporter.write_line(
+                f"baseline {spec}: figures moved on another machine, within the error model (not a regression):"
+            )
+            for part in r["moved_on_another_machine"]:
+                terminalreporter.write_line("  " + part.replace("\n", "\n  "))
 
 
 def results(config: pytest.Config) -> dict:

@@ -2,7 +2,8 @@
 
 Written at the end of the run as PATH (JSON, for tools: ``python -m conformance.certificates
 compare`` renders several side by side) and PATH with the suffix ``.md`` (for people). It holds,
-per ``--impl``: the declaration the verdict is conditional on, the environment, every clause with
+per ``--impl``: the declaration the verdict is conditional on, the environment (and, once per run, the
+machine as the libraries see it, harness.calls.machine), every clause with
 its outcome per dtype (not-applicable ones with the reason, since "passed" on a kernel that
 declared everything away means little), the measured error against the float64 oracle per dtype
 (the regression-baseline grid, harness.run.baseline), each failure with the command that reproduces it,
@@ -80,6 +81,7 @@ def _error_stats(config: pytest.Config, spec: str, impl: Any, base: dict) -> tup
 def build(config: pytest.Config) -> dict:
     from conformance import SPEC_REVISION, __version__, fixtures
     from conformance.harness.calls.environment import environment
+    from conformance.harness.calls.machine import machine
     from conformance.harness.run import baseline
     from conformance.harness.run.runstate import get_state, verdicts
 
@@ -95,6 +97,7 @@ def build(config: pytest.Config) -> dict:
         "suite": {"version": __version__, "spec_revision": SPEC_REVISION},
         "command": "pytest " + " ".join(config.invocation_params.args),
         "profile": state.profile if state else None,
+        "machine": machine(),  # CPU, SIMD levels, BLAS core type, library builds: which code ran
         "golden_set": {
             "directory": str(golden_dir),
             "sha256": fixtures.set_hash(golden_dir),
