@@ -223,3 +223,21 @@ def test_the_guard_records_a_folded_causal_mask():
     impl.forward(random_case(5, T=3, S=3, is_causal=True))
     folded = [k for k in impl.case_features if "suite folded causal into the mask" in cf.split(k)]
     assert len(folded) == 1 and "causal + mask" in cf.split(folded[0])
+
+
+def test_failures_within_the_allowance_are_told_as_the_rule_that_failed():
+    """A bitwise rule broken by one-ulp differences (errors 0.04x the allowance, in float64 and float32) is not a
+    precision: no formulation is offered, no single lower precision is named, and the text says what failed."""
+    rows = []
+    for c in ("PRESENT-MEMORY-01", "PRESENT-IDENTITY-02"):
+        for dtype, rel in (("float64", 2.0**-52), ("float32", 2.0**-23)):
+            rows.append(_passed(c, "float16", "forward (forward)", "bool mask"))
+            row = _failed(c, dtype, "forward (forward)", "bool mask", rel=rel)
+            row["failure"]["measure"].update(err=0.04, allowed=1.0)
+            row["failure"]["matches"] = ["float64_computed_as=float32" if dtype == "float64" else "float32_computed_as=tf32"]
+            rows.append(row)
+    found = causes.likely_causes(rows)
+    text = "\n".join(causes_text.summary_lines("k", found))
+    assert "computed at" not in text and "--declare" not in text, text
+    assert "within the allowance (up to 0.04x allowed)" in text and "PRESENT-MEMORY-01" in text, text
+    assert "past the allowance" not in text, text

@@ -34,7 +34,7 @@ COVERED = (
     "rejects_with dtypes float32_computed_as grad dropout gqa custom_scale bool_mask mask_sense float_mask causal "
     "causal_alignment causal_with_mask all_blocked all_blocked_float_mask float64_computed_as bfloat16_computed_as "
     "float16_computed_as scale_applied blocked_fill normwise_merges upcast max_head_dim requires_dk_eq_dv "
-    "deterministic validates_inputs batch_invariant compiles_per_shape"
+    "deterministic layout_invariant validates_inputs batch_invariant compiles_per_shape"
 ).split()
 
 BUILTINS = {"numpy": "numpy", "torch-eager": "torch", "torch-sdpa": "torch", "jax": "jax"}

@@ -77,6 +77,8 @@ def precision_cause(rows: list[dict]) -> tuple[dict, set[int]] | None:
     for name, u in PRECISIONS.items():
         hit = set()
         for i, r in enumerate(rows):
+            if (r.get("failure") or {}).get("within_allowance"):
+                continue  # right by the error model: a rule other than accuracy failed, no precision explains it
             rel, dt = _rel(r), _dtype(r)
             if rel is None or dt not in UNIT_ROUNDOFF or UNIT_ROUNDOFF[dt] >= u:
                 continue  # only a dtype finer than the precision can be computed at it

@@ -305,10 +305,10 @@ def _without_markers(features: list[str], rows: list[dict], per_clause: dict[str
 
 
 def _describe(features: list[str], rows: list[dict], overall: _Population, fset: tuple[int, ...]) -> dict:
-    from conformance.harness.causes.text import conflicting, errors_summary, suggestion
+    from conformance.harness.causes.text import conflicting, errors_summary, suggestion, within_allowance
 
     declare, matched, checked = suggestion(rows, features)
-    return {
+    cause = {
         "features": features,
         "clause_tests": len(rows),
         "clauses": len({r["clause"] for r in rows}),
@@ -326,6 +326,9 @@ def _describe(features: list[str], rows: list[dict], overall: _Population, fset:
         "raised": raised(rows),
         "weight": weight(rows),
     }
+    if within_allowance(cause) is not None:  # right by the error model: no declaration of arithmetic explains it
+        cause["declare"], cause["declare_matched"] = None, 0
+    return cause
 
 
 RAISED_RATIO = 2.0**20  # a call that raised where it should have answered: as bad as 1e6 allowances

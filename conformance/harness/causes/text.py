@@ -219,8 +219,13 @@ def measured(cause: dict) -> str:
         parts.append(f"NaN where the oracle gives numbers in {nan} of {cases} measured failing outputs")
     rels = [e["max_rel_err"] for e in errors.values() if isinstance(e.get("max_rel_err"), float)]
     if rels and not nan:
-        parts.append(f"values off by up to {max(rels):.3g} relative (past any rounding)" if cause.get("wrong_values")
-                     else f"errors of up to {max(rels):.3g} relative, past the allowance")  # fmt: skip
+        top = within_allowance(cause)
+        if cause.get("wrong_values"):
+            parts.append(f"values off by up to {max(rels):.3g} relative (past any rounding)")
+        elif top is not None:
+            parts.append(f"errors of up to {max(rels):.3g} relative, within the allowance ({top:.3g}x)")
+        else:
+            parts.append(f"errors of up to {max(rels):.3g} relative, past the allowance")
     if not parts and cause.get("calls"):
         parts.append("failed checks without a measured error (" + ", ".join(sorted(cause["calls"])) + " calls)")
     return "measured: " + "; ".join(parts) if parts else ""
@@ -234,7 +239,24 @@ def hint(cause: dict) -> str:
     return found or measured(cause)
 
 
+def within_allowance(cause: dict) -> float | None:
+    """The worst error over allowance of a cause whose every measured failure is within the allowance (and none
+    NaN): a rule beyond the error model failed (a bitwise claim, a count, a structure); None otherwise."""
+    errors = (cause.get("errors") or {}).values()
+    tops = [e.get("max_times_allowed") for e in errors]
+    if not tops or any(e.get("nan_cases") for e in errors) or not all(_num(t) and t <= 1.0 for t in tops):
+        return None
+    return max(float(t) for t in tops)
+
+
 def _hint(cause: dict) -> str:
+    top = within_allowance(cause)
+    if top is not None and not cause.get("raised") and not cause.get("blocked_weight"):
+        return (
+            f"errors within the allowance (up to {top:.3g}x allowed): not a precision or a formulation; the rule "
+            f"{', '.join(cause.get('clause_ids') or ['of the clause'])} states beyond the error model failed "
+            "(a bitwise claim, a count, a structure: its message says which)"
+        )
     if cause.get("blocked_weight"):
         return (
             f"blocked keys get weight up to {cause['blocked_weight']:.3g} (000 §7.3 / §8 require exactly 0: "
