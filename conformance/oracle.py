@@ -267,3 +267,84 @@ def forward_blocked(
             mean_v = np.repeat(v.mean(axis=2), g, axis=1)  # [B, Hq, Dv]
             out[empty] = np.broadcast_to(mean_v[:, :, None, :], out.shape)[empty]
     return BlockedForward(out=out, logsumexp=lse, all_blocked=empty)
+
+
+# -- transforms: forward mode and the second order --------------------------------------------------
+def _tangent(tangents: dict, name: str, like: np.ndarray) -> np.ndarray:
+    t = tangents.get(name)
+    return np.zeros_like(like) if t is None else _f64(t)
+
+
+def jvp(
+    case: Case,
+    tangents: dict,
+    *,
+    all_blocked: str = "zeros",
+    causal_alignment: str = "top-left",
+) -> tuple[Forward, np.ndarray]:
+    """The forward and its tangent along ``tangents`` ({"query", "key", "value", "bias"}: arrays of those
+    inputs' shapes, a missing one 0), analytic, float64: the forward-mode derivative (JVP).
+
+    dS = scale (dQ K^T + Q dK^T) + dM on the visible scores; dP = P (dS - rowsum(P dS)); dO = dP V + P dV.
+    A blocked key contributes nothing (its weight is 0 whatever its score's tangent); a row with a fixed
+    fill (all blocked under "zeros" or "mean-v") has weights that do not depend on the scores, so its
+    tangent is P dV (0 under "zeros", the mean of dV under "mean-v"); under "nan" it is NaN.
+    """
+    fwd = forward(case, all_blocked=all_blocked, causal_alignment=causal_alignment)
+    q, k, v = _f64(case.query), expand_kv(_f64(case.key), case.Hq), expand_kv(_f64(case.value), case.Hq)
+    tq = _tangent(tangents, "query", q)
+    tk = expand_kv(_tangent(tangents, "key", _f64(case.key)), case.Hq)
+    tv = expand_kv(_tangent(tangents, "value", _f64(case.value)), case.Hq)
+    scale = case.effective_scale
+    ds = (np.einsum("bhtd,bhsd->bhts", tq, k) + np.einsum("bhtd,bhsd->bhts", q, tk)) * scale
+    if tangents.get("bias") is not None:
+        ds = ds + np.broadcast_to(_f64(tangents["bias"]), ds.shape)
+    fixed = fwd.blocked | fwd.all_blocked[..., None]
+    ds = np.where(fixed, 0.0, ds)
+    p = fwd.weights
+    dp = p * (ds - (p * ds).sum(axis=-1, keepdims=True))
+    dp = np.where(fixed, 0.0, dp)
+    dout = np.einsum("bhts,bhsd->bhtd", dp, v) + np.einsum("bhts,bhsd->bhtd", p, tv)
+    return fwd, dout
+
+
+def vjp_jvp(
+    case: Case,
+    grad_out: np.ndarray,
+    tangents: dict,
+    *,
+    all_blocked: str = "zeros",
+    causal_alignment: str = "top-left",
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The second order a double backward computes: the gradient with respect to Q, K, V of
+    <vjp(grad_out), w> (w = ``tangents``' query, key, value), which is the directional derivative of
+    the VJP along w (the Hessian of <O, grad_out> is symmetric). Analytic, float64: forward mode over
+    :func:`backward`'s formulas, with dot marking the derivative along w:
+
+    Sd = scale (wQ K^T + Q wK^T); Pd = P (Sd - rowsum(P Sd)); dP = dO V^T, dPd = dO wV^T;
+    r = rowsum(P dP), rd = rowsum(Pd dP + P dPd); dS = P (dP - r), dSd = Pd (dP - r) + P (dPd - rd);
+    dQd = scale (dSd K + dS wK); dKd = scale (dSd^T Q + dS^T wQ); dVd = Pd^T dO; zero on blocked scores
+    and on rows with a fixed fill, dK and dV summed over each GQA group. tests/test_oracle_transforms.py
+    holds it to a central finite difference of :func:`vjp` and to torch's float64 double backward.
+    """
+    fwd = forward(case, all_blocked=all_blocked, causal_alignment=causal_alignment)
+    q, k, v = _f64(case.query), expand_kv(_f64(case.key), case.Hq), expand_kv(_f64(case.value), case.Hq)
+    wq = _tangent(tangents, "query", q)
+    wk = expand_kv(_tangent(tangents, "key", _f64(case.key)), case.Hq)
+    wv = expand_kv(_tangent(tangents, "value", _f64(case.value)), case.Hq)
+    do = _f64(grad_out)
+    scale = case.effective_scale
+    fixed = fwd.blocked | fwd.all_blocked[..., None]
+    p = fwd.weights
+    sd = np.where(fixed, 0.0, (np.einsum("bhtd,bhsd->bhts", wq, k) + np.einsum("bhtd,bhsd->bhts", q, wk)) * scale)
+    pd = np.where(fixed, 0.0, p * (sd - (p * sd).sum(axis=-1, keepdims=True)))
+    dp = np.einsum("bhtd,bhsd->bhts", do, v)
+    dpd = np.einsum("bhtd,bhsd->bhts", do, wv)
+    r = (p * dp).sum(axis=-1, keepdims=True)
+    rd = (pd * dp + p * dpd).sum(axis=-1, keepdims=True)
+    ds = np.where(fixed, 0.0, p * (dp - r))
+    dsd = np.where(fixed, 0.0, pd * (dp - r) + p * (dpd - rd))
+    dqd = (np.einsum("bhts,bhsd->bhtd", dsd, k) + np.einsum("bhts,bhsd->bhtd", ds, wk)) * scale
+    dkd = (np.einsum("bhts,bhtd->bhsd", dsd, q) + np.einsum("bhts,bhtd->bhsd", ds, wq)) * scale
+    dvd = np.einsum("bhts,bhtd->bhsd", pd, do)
+    return dqd, fold_query_heads(dkd, case.Hkv), fold_query_heads(dvd, case.Hkv)

@@ -112,6 +112,17 @@ class HFAttention:
     def vjp(self, case: Case, grad_out: np.ndarray) -> tuple:
         return _torch.vjp(case, grad_out, "cpu", lambda args: self._call(case, *args.qkv(case)))
 
+    transforms = _torch.TRANSFORMS  # conformance/contract.py; implementations/_torch.py
+
+    def jvp(self, case: Case, tangents: dict) -> tuple:
+        return _torch.jvp(case, tangents, "cpu", lambda args: self._call(case, *args.qkv(case)))
+
+    def vjp_vjp(self, case: Case, grad_out: np.ndarray, w: tuple) -> tuple:
+        return _torch.vjp_vjp(case, grad_out, w, "cpu", lambda args: self._call(case, *args.qkv(case)))
+
+    def vmap_forward(self, cases: list) -> np.ndarray:
+        return _torch.vmap_forward(cases, "cpu", lambda args: self._call(cases[0], *args.qkv(cases[0])))
+
 
 def bias_tensor(bias: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
     """An additive mask that keeps the suite's bias exact: float64 for float64, else float32."""

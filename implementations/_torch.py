@@ -390,3 +390,126 @@ def vjp(case: Case, grad_out: np.ndarray, device: str, call: Any) -> tuple:
         result[name] = to_numpy(grad)
     values = (result["query"], result["key"], result["value"])
     return (*values, result["bias"]) if "bias" in result else values
+
+
+# -- transforms (conformance/contract.py: ``transforms``, ``jvp``, ``vjp_vjp``, ``vmap_forward``) ---------
+# What every adapter built on :func:`forward` can ask of its kernel besides a forward and a VJP: forward-mode AD
+# (torch.autograd.forward_ad, as PyTorch's test_ops_fwd_gradients does), a double backward (create_graph=True,
+# as gradgradcheck), and torch.func.vmap over a leading axis of stacked cases. A kernel that refuses one raises
+# what torch raises (NotImplementedError: "Trying to use forward AD with ... that does not support it"); the
+# suite records that as a capability.
+TRANSFORMS: frozenset[str] = frozenset({"jvp", "vjp_vjp", "vmap"})
+
+
+class _Dual(Arguments):
+    """Arguments whose Q, K, V (those given a tangent) are forward-mode dual tensors over the case's own
+    memory, and whose float mask carries the additive M's tangent (zero where M blocks)."""
+
+    def __init__(self, device: str, case: Case, tangents: dict[str, np.ndarray]) -> None:
+        super().__init__(device)
+        self._tangent_of = {id(getattr(case, n)): tangents[n] for n in ("query", "key", "value") if n in tangents}
+        self._bias_tangent = tangents.get("bias")
+        self.bias_dual: torch.Tensor | None = None
+
+    def __call__(self, a: Any, requires_grad: bool = False) -> torch.Tensor:
+        from torch.autograd import forward_ad
+
+        key = id(a)
+        known = key in self._objects
+        t = super().__call__(a, requires_grad)
+        if not known and key in self._tangent_of:
+            tangent = np.ascontiguousarray(self._tangent_of[key]).astype(np.asarray(a).dtype)
+            t = forward_ad.make_dual(t, to_torch(tangent, self.device).to(t.dtype))
+            self._objects[key] = t
+        return t
+
+    def bias(self, t: torch.Tensor) -> torch.Tensor:
+        from torch.autograd import forward_ad
+
+        if self._bias_tangent is None:
+            return t
+        tangent = np.broadcast_to(np.asarray(self._bias_tangent, dtype=np.float64), tuple(t.shape))
+        tangent = torch.from_numpy(np.array(tangent, copy=True)).to(device=t.device, dtype=t.dtype)
+        tangent = torch.where(torch.isneginf(t), torch.zeros_like(tangent), tangent)
+        self.bias_dual = forward_ad.make_dual(t, tangent)
+        return self.bias_dual
+
+
+def jvp(case: Case, tangents: dict[str, np.ndarray], device: str, call: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(out, tangent_out): ``call(args)`` (as in :func:`forward`) with Q, K, V and the additive M as
+    forward-mode duals carrying ``tangents``. An output without a tangent although an input carried one is
+    the kernel's fault (forward mode cut: a detach, a trip through NumPy)."""
+    from torch.autograd import forward_ad
+
+    pres = case.presentation or Presentation()
+    args = _Dual(device, case, tangents)
+    with forward_ad.dual_level(), _default_dtype(pres.default_dtype), _threads(pres.threads):
+        out = call(args)
+        if "bias" in tangents and args.bias_dual is None:
+            raise KernelFault("the additive M was given a tangent, but no float mask reached the kernel")
+        primal, tangent = forward_ad.unpack_dual(out)
+        if tangent is None:
+            raise KernelFault(
+                "the output carries no tangent although its inputs did (forward mode cut: the kernel detached "
+                "its result or went through NumPy)"
+            )
+        return to_numpy(primal), to_numpy(tangent)
+
+
+def vjp_vjp(case: Case, grad_out: np.ndarray, w: tuple, device: str, call: Any) -> tuple:
+    """(d2q, d2k, d2v): the gradient with respect to Q, K, V of <vjp(grad_out), w>, by a double backward:
+    the first with ``create_graph=True`` (as a gradient penalty does), the second through it. Gradients
+    that come out of the first backward off the graph (a backward computed from detached tensors) would
+    make every second derivative silently zero: the kernel's fault."""
+    pres = case.presentation or Presentation()
+    names = ("query", "key", "value")
+    args = Arguments(device, frozenset(names))
+    with _mode("grad"), _default_dtype(pres.default_dtype), _threads(pres.threads):
+        out = call(args)
+        leaves = [args(getattr(case, n)) for n in names]
+        if not out.requires_grad:
+            raise KernelFault("the output is not on the autograd graph although query, key and value asked")
+        g = args(grad_out)
+        g = g if g.dtype == out.dtype else g.to(out.dtype)
+        firsts = torch.autograd.grad(out, leaves, grad_outputs=g, create_graph=True, allow_unused=True)
+        terms = [
+            (gr * to_torch(np.ascontiguousarray(wt), device).to(gr.dtype)).sum()
+            for gr, wt in zip(firsts, w)
+            if gr is not None
+        ]
+        phi = sum(terms[1:], terms[0]) if terms else None
+        if phi is None or not phi.requires_grad:
+            raise KernelFault(
+                "the gradients of a backward with create_graph=True are not on the graph (the backward detached "
+                "them): every second derivative would be silently zero"
+            )
+        seconds = torch.autograd.grad(phi, leaves, allow_unused=True)
+    return tuple(to_numpy(torch.zeros_like(x) if s is None else s) for s, x in zip(seconds, leaves))
+
+
+class _Given(Arguments):
+    """Arguments whose Q, K, V are the tensors a transform hands in (vmap's batched tensors)."""
+
+    def __init__(self, device: str, given: dict[int, torch.Tensor]) -> None:
+        super().__init__(device)
+        self._given = given
+
+    def __call__(self, a: Any, requires_grad: bool = False) -> torch.Tensor:
+        t = self._given.get(id(a))
+        return t if t is not None else super().__call__(a, requires_grad)
+
+
+def vmap_forward(cases: list[Case], device: str, call: Any) -> np.ndarray:
+    """``torch.func.vmap`` of ``call(args)`` over a new leading axis of the N cases' stacked Q, K, V (the
+    cases differ in nothing else; ``call`` builds the rest from the first): [N, B, Hq, T, Dv]. The kernel
+    sees each case's own 4-D shapes, as batched tensors."""
+    first = cases[0]
+    pres = first.presentation or Presentation()
+    names = ("query", "key", "value")
+    stacked = [to_torch(np.stack([np.asarray(getattr(c, n)) for c in cases]), device) for n in names]
+
+    def item(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return call(_Given(device, {id(getattr(first, n)): t for n, t in zip(names, (q, k, v))}))
+
+    with _mode("no_grad"), _default_dtype(pres.default_dtype), _threads(pres.threads):
+        return to_numpy(torch.func.vmap(item)(*stacked))

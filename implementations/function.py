@@ -40,7 +40,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from conformance.contract import PRESENTATION_ATTRIBUTES, Case, Declaration, NotApplicable, capabilities
+from conformance.contract import PRESENTATION_ATTRIBUTES, TRANSFORMS, Case, Declaration, NotApplicable, capabilities
 
 FUNCTION_DEFAULTS = Declaration(
     **capabilities(bias_grad=True),  # a float attn_mask gets its gradient, as torch's SDPA gives it
@@ -130,3 +130,21 @@ class FunctionAdapter:
         from implementations import _torch
 
         return _torch.vjp(case, grad_out, self.device, lambda args: self._call(case, args))
+
+    # the transforms a caller applies to the function (conformance/contract.py; implementations/_torch.py)
+    transforms = frozenset(TRANSFORMS)
+
+    def jvp(self, case: Case, tangents: dict):
+        from implementations import _torch
+
+        return _torch.jvp(case, tangents, self.device, lambda args: self._call(case, args))
+
+    def vjp_vjp(self, case: Case, grad_out: np.ndarray, w: tuple):
+        from implementations import _torch
+
+        return _torch.vjp_vjp(case, grad_out, w, self.device, lambda args: self._call(case, args))
+
+    def vmap_forward(self, cases: list) -> np.ndarray:
+        from implementations import _torch
+
+        return _torch.vmap_forward(cases, self.device, lambda args: self._call(cases[0], args))

@@ -46,6 +46,10 @@ class TorchCompile(TorchSDPA):
     def __repr__(self) -> str:
         return f"TorchCompile({self.name!r}, device={self.device!r})"
 
+    # Forward AD, a double backward and vmap of a compiled function recompile it per transform and shape (minutes
+    # on the CPU); torch-sdpa answers the transform clauses for the same function uncompiled.
+    transforms: frozenset[str] = frozenset()
+
     def _probe(self) -> str | None:
         reason = super()._probe()
         if reason is None and self.device == "cpu" and not any(shutil.which(c) for c in ("g++", "c++", "clang++")):

@@ -120,3 +120,14 @@ class TorchEagerAdapter:
 
     def vjp(self, case: Case, grad_out: np.ndarray):
         return _torch.vjp(case, grad_out, "cpu", lambda args: self._run(case, *args.qkv(case))[0])
+
+    transforms = _torch.TRANSFORMS  # conformance/contract.py; implementations/_torch.py
+
+    def jvp(self, case: Case, tangents: dict):
+        return _torch.jvp(case, tangents, "cpu", lambda args: self._run(case, *args.qkv(case))[0])
+
+    def vjp_vjp(self, case: Case, grad_out: np.ndarray, w: tuple):
+        return _torch.vjp_vjp(case, grad_out, w, "cpu", lambda args: self._run(case, *args.qkv(case))[0])
+
+    def vmap_forward(self, cases: list) -> np.ndarray:
+        return _torch.vmap_forward(cases, "cpu", lambda args: self._run(cases[0], *args.qkv(cases[0]))[0])

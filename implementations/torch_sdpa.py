@@ -298,6 +298,21 @@ class TorchSDPA:
         with self._context():  # the backward in the forced backend too
             return _torch.vjp(case, grad_out, self.device, lambda args: self._presented(case, args))
 
+    # the transforms a caller applies to torch's SDPA (conformance/contract.py), in the forced backend too
+    transforms = _torch.TRANSFORMS
+
+    def jvp(self, case: Case, tangents: dict) -> tuple:
+        with self._context():
+            return _torch.jvp(case, tangents, self.device, lambda args: self._presented(case, args))
+
+    def vjp_vjp(self, case: Case, grad_out: np.ndarray, w: tuple) -> tuple:
+        with self._context():
+            return _torch.vjp_vjp(case, grad_out, w, self.device, lambda args: self._presented(case, args))
+
+    def vmap_forward(self, cases: list[Case]) -> np.ndarray:
+        with self._context():
+            return _torch.vmap_forward(cases, self.device, lambda args: self._presented(cases[0], args))
+
 
 # The aten op each SDPA backend dispatches to (torch 2.13), and the backend name adapters declare.
 _BACKEND_OPS = (

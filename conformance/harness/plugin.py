@@ -35,6 +35,7 @@ from conformance.harness.run import (
     runstate,
     selfdefense,
     summary,
+    transforms,
     worst_case,
 )
 from conformance.harness.run.runstate import State, get_state
@@ -53,6 +54,8 @@ SUBPLUGINS = (
     preconditions.CHANNEL,
     programs,
     programs.CHANNEL,
+    transforms,
+    transforms.CHANNEL,
     ordering,
     perf,
     expectations_plugin,

@@ -398,3 +398,91 @@ class GuardedAdapter:
                 )
             out.append(db)
         return tuple(out)  # type: ignore[return-value]
+
+    # -- transforms (conformance/contract.py: ``transforms``, ``jvp``, ``vjp_vjp``, ``vmap_forward``) --------
+    def _transform(self, kind: str, case: Case, call: Callable[[], Any], extra_inputs: tuple = ()) -> Any:
+        """Ask the kernel for transform ``kind`` on ``case``: not applicable when the adapter does not offer it;
+        a refusal (:data:`TRANSFORM_REFUSALS`) is recorded in ``transforms_seen`` (the run's transforms line,
+        harness.run.transforms) and makes the clause not applicable with the kernel's words, never a failure
+        and never silent; any other exception fails the clause as every call does."""
+        self.require(case)
+        method = TRANSFORM_METHODS[kind]
+        if kind not in getattr(self.adapter, "transforms", ()) or not callable(getattr(self.adapter, method, None)):
+            self.not_applicable(
+                f"the adapter does not ask its kernel for {TRANSFORM_WORDS[kind]} (its `transforms` does not name "
+                f"{kind!r})"
+            )
+        refused: list[BaseException] = []
+
+        def attempt() -> Any:
+            try:
+                return call()
+            except Exception as exc:  # a refusal is a capability; anything else is judged by _guarded
+                if not is_transform_refusal(exc):
+                    raise
+                refused.append(exc)
+                return None
+
+        res, inputs = self._guarded(case, method, attempt, extra_inputs)
+        detail = ""
+        if refused:
+            exc = refused[0]
+            detail = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:160]}".rstrip(": ")
+        seen = self.__dict__.setdefault("transforms_seen", [])
+        seen.append({"transform": kind, "dtype": case.dtype, "outcome": "refused" if refused else "answered",
+                     "detail": detail})  # fmt: skip
+        if refused:
+            self.not_applicable(
+                f"the kernel refuses {TRANSFORM_WORDS[kind]} ({detail}): a measured capability, listed on the "
+                "run's transforms line"
+            )
+        return res, inputs
+
+    def jvp(self, case: Case, tangents: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """(out, tangent_out) of forward-mode AD along ``tangents`` ({input name: array})."""
+        extra = tuple((f"tangent of {n}", a) for n, a in tangents.items())
+        res, inputs = self._transform("jvp", case, lambda: self.adapter.jvp(case, tangents), extra)
+        if not (isinstance(res, tuple) and len(res) == 2):
+            raise AdapterError(f"{self.name}.jvp returned {type(res).__name__}, not (out, tangent_out)", case)
+        out = self._check_array(res[0], "output", case.out_shape, case, inputs)
+        return out, self._check_array(res[1], "tangent of the output", case.out_shape, case, inputs)
+
+    def vjp_vjp(self, case: Case, grad_out: np.ndarray, w: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The gradient with respect to Q, K, V of <vjp(grad_out), w> by a double backward."""
+        if not self.declaration.grad:
+            self.not_applicable("declares grad=False")
+        extra = (("grad_out", grad_out), *((f"w of {n}", a) for n, a in zip(("query", "key", "value"), w)))
+        res, inputs = self._transform("vjp_vjp", case, lambda: self.adapter.vjp_vjp(case, grad_out, w), extra)
+        if not (isinstance(res, tuple) and len(res) == 3):
+            raise AdapterError(f"{self.name}.vjp_vjp returned {type(res).__name__}, not (d2q, d2k, d2v)", case)
+        names = ("query", "key", "value")
+        return tuple(  # type: ignore[return-value]
+            self._check_array(g, f"second derivative of {n}", getattr(case, n).shape, case, inputs)
+            for g, n in zip(res, names)
+        )
+
+    def vmap_forward(self, cases: list[Case]) -> np.ndarray:
+        """The kernel under its framework's vmap over a leading axis of ``cases`` (alike but for Q, K, V)."""
+        for c in cases[1:]:
+            self.require(c)
+        names = ("query", "key", "value")
+        extra = tuple((f"{n} of case {i}", getattr(c, n)) for i, c in enumerate(cases[1:], 1) for n in names)
+        res, inputs = self._transform("vmap", cases[0], lambda: self.adapter.vmap_forward(cases), extra)
+        return self._check_array(res, "vmapped output", (len(cases), *cases[0].out_shape), cases[0], inputs)
+
+
+# The transforms' adapter methods and words (conformance/contract.py: TRANSFORMS).
+TRANSFORM_METHODS = {"jvp": "jvp", "vjp_vjp": "vjp_vjp", "vmap": "vmap_forward"}
+TRANSFORM_WORDS = {"jvp": "forward-mode AD", "vjp_vjp": "a double backward", "vmap": "vmap"}
+# What a framework raises for a transform it has no rule for (torch: NotImplementedError "Trying to use forward
+# AD with ... that does not support it", RuntimeError "derivative for ... is not implemented"; jax: TypeError
+# "can't apply forward-mode autodiff (jvp) to a custom_vjp function"), and the contract's NotApplicable.
+TRANSFORM_REFUSALS = frozenset({"NotImplementedError", "RuntimeError", "TypeError", "NotApplicable"})
+
+
+def is_transform_refusal(exc: BaseException) -> bool:
+    """True when ``exc`` (by the name of any class of its MRO) says the kernel has no such transform;
+    a :class:`KernelFault` (a wrong answer the adapter saw) never is."""
+    if isinstance(exc, KernelFault):
+        return False
+    return any(cls.__name__ in TRANSFORM_REFUSALS for cls in type(exc).__mro__)

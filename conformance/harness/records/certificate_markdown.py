@@ -13,7 +13,7 @@ from conformance.harness.calls import programs
 from conformance.harness.calls.machine import machine_changes
 from conformance.harness.calls.machine import summary as machine_summary
 from conformance.harness.discovery.discover import declare_text
-from conformance.harness.records import coverage_tables, invalid_inputs
+from conformance.harness.records import coverage_tables, invalid_inputs, transforms
 
 # -- one certificate ----------------------------------------------------------------------------------
 OUTCOME_CELL: dict[str, str] = {
@@ -105,6 +105,8 @@ def render_markdown(doc: dict) -> str:
             out += coverage_tables.pairs_markdown(a["pair_coverage"])
         if a.get("invalid_inputs"):
             out += invalid_inputs.markdown(a["invalid_inputs"])
+        if a.get("transforms"):
+            out += transforms.markdown(a["transforms"])
         if (a.get("programs") or {}).get("calls"):  # the distinct structures, and the time of first calls
             out += ["\n## Programs\n", programs.sentence(a["programs"], a["declaration"].get("compiles_per_shape"))]
         out.append("\n## Error against the float64 oracle, per dtype\n")

@@ -28,7 +28,7 @@ from conformance.harness.records import coverage_tables
 from conformance.harness.records import verdict as verdict_mod
 from conformance.harness.records.certificate_markdown import render_markdown
 from conformance.harness.run import coverage as space_coverage
-from conformance.harness.run import expectations_plugin, pair_coverage, perf, preconditions, programs
+from conformance.harness.run import expectations_plugin, pair_coverage, perf, preconditions, programs, transforms
 from conformance.harness.spec.clause import CLAUSES, info_of
 
 FORMAT = 1
@@ -193,6 +193,7 @@ def build(config: pytest.Config) -> dict:
         )
         entry["pair_coverage"] = pair_coverage.table(config, spec, impl.declaration)
         entry["invalid_inputs"] = preconditions.table(config, spec)  # what each invalid input got
+        entry["transforms"] = transforms.table(config, spec)  # forward AD, double backward, vmap: answered or refused
         entry["programs"] = programs.table(config, spec)  # distinct structures, and the time of first calls
         entry["discovery"] = state.discovered.get(spec)  # --discover: what was measured, and the findings
         entry["likely_causes"] = _likely_causes(state.results, spec)  # failures grouped by cause

@@ -1,0 +1,141 @@
+"""The transforms a framework applies to its own ops: forward-mode AD, a double backward, vmap.
+
+PyTorch checks every op it ships for them (OpInfo's test_ops_gradients: gradcheck and gradgradcheck;
+test_ops_fwd_gradients: forward-mode AD; functorch's test_vmap), and jax's ``check_grads`` checks fwd and
+rev to order 2; a kernel a user trains goes through the same transforms (a gradient penalty is a double
+backward, a JVP drives forward-mode Hessian-vector products, vmap batches per-example work). Each clause
+asks the kernel through its adapter (``transforms``, ``jvp``, ``vjp_vjp``, ``vmap_forward``:
+conformance/contract.py) and judges the answer against the float64 oracle's analytic transform
+(``oracle.jvp``, ``oracle.vjp_jvp``) under the running error model of ``harness.judge.transforms``.
+
+A kernel that refuses a transform (torch 2.13's CPU ``scaled_dot_product_attention`` raises
+NotImplementedError under forward AD: its flash kernel has no forward derivative) is not failed: the
+refusal is a measured capability, recorded on the run's transforms line (``harness.run.transforms``) and
+the clause is not applicable with the kernel's words. A wrong answer under a transform fails the clause.
+The cases are small (B=2, H=2, T=4, S=7, D=8, a padding mask or causal; no row blocked entirely), in
+float64 and float32, where the error model's unit roundoffs are those of the declared computation.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from conformance.clauses.common import supported
+from conformance.clauses.test_gradients import cotangent
+from conformance.contract import Case
+from conformance.harness.calls.guarded import GuardedAdapter
+from conformance.harness.cases.build import cast, random_case, random_mask, rng_for
+from conformance.harness.judge import compare
+from conformance.harness.judge import transforms as judge
+from conformance.harness.spec.clause import Source, clause
+from conformance.harness.spec.report import ClauseViolation, mismatch_report
+
+CHECK_GRADS = Source(
+    "003",
+    "工程实现",
+    "验证时应固定 B、h、T_q、T_k、d、dtype、is_causal，分别检查输出容差、反向梯度、峰值显存和延迟。",
+)
+BACKWARD = Source("003", "逐步推导", "反向传播需要用到 Softmax 输出或等价统计量。")
+PARALLEL = Source("003", "逐步推导", "矩阵形式只是把所有 i,j 并行计算：")
+DTYPES = ("float64", "float32")
+QKV = ("query", "key", "value")
+
+
+def transform_cases(impl: GuardedAdapter, dtype: str, *, bias: bool = False, seed: int = 4300) -> list[Case]:
+    """A key padding mask (every row sees a key), then causal (T < S, the declared alignment), and with ``bias``
+    an additive M with a -inf where the kernel takes M's gradient: each within what the kernel declares."""
+    B, H, T, S = 2, 2, 4, 7
+    plain = random_case(seed, B=B, Hq=H, T=T, S=S, Dk=8, dtype=dtype, label="plain")
+    mask = random_mask(seed, (B, 1, 1, S), p_blocked=0.3)
+    mask[..., 0] = False
+    cases = [plain.replace(mask=mask, label="padding mask"), plain.replace(is_causal=True, label="causal")]
+    decl = impl.declaration
+    if bias and decl.float_mask and decl.bias_grad:
+        m = rng_for(seed + 1).standard_normal((1, H, T, S))
+        m[0, 1, 2, 3] = -np.inf
+        cases.append(plain.replace(bias=m, label="additive M"))
+    return supported(impl, cases)
+
+
+def _tangents(case: Case, seed: int, names=QKV) -> dict[str, np.ndarray]:
+    rng = rng_for(seed)
+    out = {}
+    for n in names:
+        shape = np.shape(case.bias) if n == "bias" else getattr(case, n).shape
+        t = rng.standard_normal(shape)
+        out[n] = t if n == "bias" else cast(t, case.dtype)  # Q's, K's, V's tangents in their dtype (M is float64)
+    return out
+
+
+def _judge(case: Case, what: str, got, want, allowed, rule: str) -> None:
+    msg = mismatch_report(what, got, want, allowed, rule)
+    if msg:
+        raise ClauseViolation(msg, case)
+
+
+@clause(
+    "TRANSFORM-JVP-01",
+    "forward-mode AD: the JVP of the output along Q, K, V each alone and together (and the additive M where the "
+    "kernel takes M's gradient) matches the oracle's analytic JVP; a kernel that refuses forward AD is listed",
+    CHECK_GRADS,
+    requires=["grad"],
+    dtypes=DTYPES,
+    kills=["transform_jvp_key_tangent_dropped"],
+    tolerance=judge.RULE,
+)
+def test_jvp_matches_oracle(impl, dtype):
+    decl = impl.declaration
+    for i, case in enumerate(transform_cases(impl, dtype, bias=True)):
+        every = _tangents(case, 4310 + i, QKV + (("bias",) if case.bias is not None else ()))
+        if i == 0:  # each input alone, then together, on the first case; together on the others
+            asked = [("query",), ("key",), ("value",), QKV]
+        else:
+            asked = [tuple(every)] + ([("bias",)] if case.bias is not None else [])
+        for names in asked:
+            tangents = {n: every[n] for n in names}
+            out, tangent = impl.jvp(case, tangents)
+            want_out, want, allowed = judge.expected_jvp(case, tangents, decl)
+            compare.assert_close(out, want_out, case=case, decl=decl, what="output under forward AD")
+            _judge(case, f"tangent of the output along {'+'.join(names)}", tangent, want, allowed, judge.RULE)
+
+
+@clause(
+    "TRANSFORM-GRADGRAD-03",
+    "double backward: the gradient with respect to Q, K, V of <(dQ, dK, dV), w> through a backward with "
+    "create_graph=True (a gradient penalty) matches the oracle's analytic second order; a refusal is listed",
+    BACKWARD,
+    requires=["grad"],
+    dtypes=DTYPES,
+    kills=["transform_gradgrad_detached_weights"],
+    tolerance=judge.RULE,
+)
+def test_double_backward_matches_oracle(impl, dtype):
+    decl = impl.declaration
+    for i, case in enumerate(transform_cases(impl, dtype)):
+        g = cotangent(case, 4320 + i)
+        w = tuple(_tangents(case, 4330 + i).values())
+        got = impl.vjp_vjp(case, g, w)
+        want, allowed = judge.expected_vjp_vjp(case, g, w, decl)
+        for n, a, b, tol in zip(("query", "key", "value"), got, want, allowed):
+            _judge(case, f"d/d{n} <(dQ, dK, dV), w>", a, b, tol, judge.RULE)
+
+
+@clause(
+    "TRANSFORM-VMAP-04",
+    "vmap: the kernel under its framework's vmap over a leading axis of two stacked cases gives each case's "
+    "answer, within the error model of the oracle and of its own unbatched call; a refusal is listed",
+    PARALLEL,
+    dtypes=DTYPES,
+    kills=["transform_vmap_rule_interleaved"],
+)
+def test_vmap_matches_each_call(impl, dtype):
+    decl = impl.declaration
+    for i, case in enumerate(transform_cases(impl, dtype)):
+        other = random_case(4340 + i, B=case.B, Hq=case.Hq, T=case.T, S=case.S, Dk=case.Dk, dtype=dtype)
+        pair = [case, case.replace(query=other.query, key=other.key, value=other.value, label=case.label + ", 2nd")]
+        stacked = impl.vmap_forward(pair)
+        for j, c in enumerate(pair):
+            compare.assert_close(stacked[j], compare.expected(c, decl).out, case=c, decl=decl, what=f"vmapped item {j}")
+            alone = impl.forward(c)
+            allowed = compare.pair_allowance(c, c, decl)
+            _judge(c, f"vmapped item {j} vs its own call", stacked[j], alone, allowed, "sum of the two allowances")

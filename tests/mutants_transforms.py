@@ -1,0 +1,166 @@
+"""Kernels right in every plain call and wrong only under a transform: forward-mode AD, a double backward, vmap.
+
+Plain functions with torch's SDPA signature behind the real FunctionAdapter (tests/mutants_calls.py's ``_Call``),
+each a torch.autograd.Function whose forward is the spec's attention and whose bug lies in one transform rule,
+as hand-written kernels ship them: a forward-mode rule that forgets a tangent, a backward built from weights
+saved off the graph, a batching rule that merges the vmap axis into the batch axis in another order for the
+keys than for the queries. Each is claimed by its TRANSFORM-* clause (conformance/clauses/test_transforms.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+from tests.mutants import mutant
+from tests.mutants_calls import _Call
+
+
+def _operands(q, k, v, attn_mask, is_causal, scale):
+    """Q, K, V in the working dtype, the additive mask (0 / -inf, plus a float attn_mask) and the scale."""
+    import torch
+
+    work = torch.float64 if q.dtype == torch.float64 else torch.float32
+    T, S = q.shape[-2], k.shape[-2]
+    add = torch.zeros(T, S, dtype=work)
+    if is_causal:
+        add = add.masked_fill(~torch.ones(T, S, dtype=torch.bool).tril(), -math.inf)
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
+        add = torch.where(attn_mask, add, torch.tensor(-math.inf, dtype=work))
+    elif attn_mask is not None:
+        add = add + attn_mask.to(work)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    return q.to(work), k.to(work), v.to(work), add, scale
+
+
+def _softmax(s):
+    import torch
+
+    m = s.amax(dim=-1, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    e = torch.exp(s - m)
+    d = e.sum(dim=-1, keepdim=True)
+    return e / torch.where(d == 0, torch.ones_like(d), d)
+
+
+def _weights(q, k, add, scale):
+    return _softmax(q @ k.transpose(-2, -1) * scale + add)
+
+
+def _backward(q, k, v, p, g, scale):
+    """dQ, dK, dV from the weights P: dV = P^T g, dS = P (g V^T - rowsum(P g V^T)), dQ = s dS K, dK = s dS^T Q."""
+    dv = p.transpose(-2, -1) @ g
+    dp = g @ v.transpose(-2, -1)
+    ds = p * (dp - (p * dp).sum(dim=-1, keepdim=True))
+    return ds @ k * scale, ds.transpose(-2, -1) @ q * scale, dv
+
+
+@mutant("transform_jvp_key_tangent_dropped")
+class TransformJvpKeyTangentDropped(_Call):
+    """A custom Function whose forward and backward are right and whose forward-mode rule (``jvp``) forms the
+    scores' tangent as scale dQ K^T + dM, without scale Q dK^T: forward AD along the keys is lost."""
+
+    @staticmethod
+    def fn(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        import torch
+
+        class Attention(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, q, k, v, add):
+                p = _weights(q, k, add, s)
+                ctx.save_for_backward(q, k, v, p)
+                ctx.save_for_forward(q, k, v, p)
+                return p @ v
+
+            @staticmethod
+            def backward(ctx, g):
+                q, k, v, p = ctx.saved_tensors
+                return (*_backward(q, k, v, p, g, s), None)
+
+            @staticmethod
+            def jvp(ctx, tq, tk, tv, tadd):
+                q, k, v, p = ctx.saved_tensors
+                ds = torch.zeros_like(p)
+                if tq is not None:
+                    ds = ds + tq @ k.transpose(-2, -1) * s
+                if tadd is not None:
+                    ds = ds + torch.where(torch.isneginf(add), 0.0, tadd)
+                dp = p * (ds - (p * ds).sum(dim=-1, keepdim=True))
+                return dp @ v + (p @ tv if tv is not None else 0.0)
+
+        q2, k2, v2, add, s = _operands(q, k, v, attn_mask, is_causal, scale)
+        return Attention.apply(q2, k2, v2, add).to(q.dtype)
+
+
+@mutant("transform_gradgrad_detached_weights")
+class TransformGradgradDetachedWeights(_Call):
+    """A custom Function that saves the weights P its forward computed (off the graph, as a fused kernel saves
+    them) and forms dQ, dK, dV from them: the first derivatives are right, but a double backward differentiates
+    only through Q, K, V's explicit uses, never through P."""
+
+    @staticmethod
+    def fn(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        import torch
+
+        class Attention(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, q, k, v, add):
+                p = _weights(q, k, add, s)
+                ctx.save_for_backward(q, k, v, p)
+                return p @ v
+
+            @staticmethod
+            def backward(ctx, g):
+                q, k, v, p = ctx.saved_tensors
+                return (*_backward(q, k, v, p, g, s), None)
+
+        q2, k2, v2, add, s = _operands(q, k, v, attn_mask, is_causal, scale)
+        return Attention.apply(q2, k2, v2, add).to(q.dtype)
+
+
+@mutant("transform_vmap_rule_interleaved")
+class TransformVmapRuleInterleaved(_Call):
+    """A custom Function with its own batching rule (``vmap``), which merges vmap's axis N into the batch axis B
+    for one call: item-major (n, b) for the queries and the mask, batch-major (b, n) for the keys and values,
+    so query (n, b) attends over the keys of another item whenever n != b."""
+
+    @staticmethod
+    def fn(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        import torch
+
+        def attend(q, k, v, add):
+            return _weights(q, k, add, s) @ v
+
+        class Attention(torch.autograd.Function):
+            @staticmethod
+            def forward(q, k, v, add):
+                return attend(q, k, v, add)
+
+            @staticmethod
+            def setup_context(ctx, inputs, output):
+                pass
+
+            @staticmethod
+            def vmap(info, in_dims, q, k, v, add):
+                n = info.batch_size
+
+                def item_major(x, d):
+                    x = x.movedim(d, 0) if d is not None else x.expand(n, *x.shape)
+                    return x.reshape(n * x.shape[1], *x.shape[2:])
+
+                def batch_major(x, d):
+                    x = x.movedim(d, 1) if d is not None else x.unsqueeze(1).expand(x.shape[0], n, *x.shape[1:])
+                    return x.reshape(x.shape[0] * n, *x.shape[2:])
+
+                b = q.shape[1] if in_dims[0] == 0 else q.shape[0]
+                a = add.movedim(in_dims[3], 0) if in_dims[3] is not None else add.expand(n, *add.shape)
+                a = a.reshape(n, *a.shape[1:]) if a.dim() == 5 else a
+                a = a if a.dim() == 5 else a.reshape(n, 1, *a.shape[1:])  # [n, 1 or B, H, T, S]
+                a = a.expand(n, b, *a.shape[2:]) if a.shape[1] == 1 else a
+                merged = attend(item_major(q, in_dims[0]), batch_major(k, in_dims[1]), batch_major(v, in_dims[2]),
+                                a.reshape(n * b, *a.shape[2:]))  # fmt: skip
+                return merged.reshape(n, b, *merged.shape[1:]), 0
+
+        q2, k2, v2, add, s = _operands(q, k, v, attn_mask, is_causal, scale)
+        if add.dim() < 4:
+            add = add.reshape(*(1,) * (4 - add.dim()), *add.shape)
+        return Attention.apply(q2, k2, v2, add).to(q.dtype)
