@@ -281,6 +281,14 @@ class GuardedAdapter:
         self.held.append((case.label or case.describe()[:80], result, _digest(result), self.calls))
         return np.array(result, copy=True)
 
+    def release_latest(self) -> np.ndarray | None:
+        """Stop holding the latest call's result and return the kernel's own array (None when that call's result
+        was not held): a caller that owns its result writes into it (a residual added in place), and what the
+        kernel may not do with it afterwards is that caller's to check (conformance/clauses/test_caller.py)."""
+        if self.held and self.held[-1][3] == self.calls:
+            return self.held.pop()[1]
+        return None
+
     def _check_array(self, arr: Any, what: str, shape: tuple, case: Case, inputs: list) -> np.ndarray:
         if not isinstance(arr, np.ndarray):
             raise AdapterError(f"{self.name}: {what} is {type(arr).__name__}, but should be numpy.ndarray", case)
