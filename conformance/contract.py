@@ -15,6 +15,7 @@ An adapter is any object with:
     def forward_with_weights(self, case) -> (out, weights)           # only if returns_weights
     def vjp(self, case, grad_out) -> (dq, dk, dv)                    # only if grad
     def forward_with_lse(self, case) -> (out, lse)                   # only if returns_lse; lse [B, Hq, T]
+    def contexts(self) -> tuple[str, ...]                            # only if presents "context" (CONTEXT_KINDS)
 
 A case may carry a ``Presentation`` (how its numbers reach the kernel besides their values: which
 inputs ask for a gradient, the forward's autograd context, a second backward, the default dtype); its
@@ -249,6 +250,12 @@ PRECONDITIONS: tuple[str, ...] = (
 #   "default_dtype"  the process's default float dtype during the call (Presentation.default_dtype)
 #   "threads"        torch's intra-op thread count during the call (Presentation.threads)
 #   "bias_dtype"     the dtype a half-precision case's additive M reaches the kernel in (Presentation.bias_dtype)
+#   "context"        a switch of the framework's the caller set around the call (Presentation.context: a backend
+#                    flag, a forced SDP backend, deterministic algorithms, matmul precision, autocast, anomaly
+#                    mode, flush-denormal, saved-tensor hooks, activation checkpointing, another thread); the
+#                    adapter names the ones it can apply (``contexts()``), generated from the framework's API
+#   "scalars"        the Python type a scalar argument reaches the kernel as (Presentation.scalars: ``scale=1``
+#                    as an int, a numpy.float32, a 0-d tensor; ``is_causal`` as a numpy.bool_ or 1; ...)
 PRESENTATION_ATTRIBUTES: tuple[str, ...] = (
     "memory",
     "identity",
@@ -258,6 +265,44 @@ PRESENTATION_ATTRIBUTES: tuple[str, ...] = (
     "default_dtype",
     "threads",
     "bias_dtype",
+    "context",
+    "scalars",
+)
+# The kinds of caller's context (Presentation.context, "<kind>" or "<kind>:<what>"), each a switch a caller of a
+# framework sets around a call: "flag" a boolean backend flag flipped ("flag:torch.backends.mkldnn.enabled=False");
+# "sdp_backend" one SDP backend forced ("sdp_backend:MATH"); "deterministic" deterministic algorithms on;
+# "matmul_precision" float32 matmul precision lowered ("matmul_precision:medium"); "autocast" mixed precision
+# ("autocast:cpu:bfloat16": the kernel's output is then the framework's autocast dtype, converted back);
+# "anomaly" autograd's anomaly detection; "flush_denormal" subnormals flushed to zero; "saved_tensors_hooks"
+# every tensor saved for the backward packed to a copy and unpacked back (as a CPU offload does); "checkpoint"
+# the call inside activation checkpointing (the backward recomputes it); "thread" the call made from a thread
+# other than the one that imported the kernel. The names themselves come from the adapter (``contexts()``).
+CONTEXT_KINDS: tuple[str, ...] = (
+    "flag",
+    "sdp_backend",
+    "deterministic",
+    "matmul_precision",
+    "autocast",
+    "anomaly",
+    "flush_denormal",
+    "saved_tensors_hooks",
+    "checkpoint",
+    "thread",
+)
+# The Python types a caller passes a scalar argument in (Presentation.scalars, "<argument>:<type>"): each gives
+# the value of the plain float / bool form. "int" is used only where the value is integral (``scale=2``,
+# ``dropout_p=0``, ``is_causal=1``); "tensor" is a 0-d tensor of the framework's.
+SCALAR_FORMS: tuple[str, ...] = (
+    "scale:int",
+    "scale:numpy.float64",
+    "scale:numpy.float32",
+    "scale:tensor",
+    "is_causal:numpy.bool_",
+    "is_causal:int",
+    "dropout_p:int",
+    "dropout_p:numpy.float64",
+    "enable_gqa:numpy.bool_",
+    "enable_gqa:int",
 )
 GradMode = Literal["no_grad", "grad", "inference"]
 GRAD_MODES: tuple[str, ...] = ("no_grad", "grad", "inference")
@@ -294,6 +339,10 @@ class Presentation:
     # The dtype a float16 / bfloat16 case's additive M reaches the kernel in: "query" (the input dtype),
     # "float32" (exact, as torch's SDPA also takes it); None: the adapter's own choice.
     bias_dtype: str | None = None
+    # A caller's context around the call, of CONTEXT_KINDS ("<kind>" or "<kind>:<what>"); None: none.
+    context: str | None = None
+    # One scalar argument in another Python type, of SCALAR_FORMS ("scale:int"); None: plain float / bool.
+    scalars: str | None = None
 
     def __post_init__(self) -> None:
         if self.requires_grad is not None:
@@ -312,6 +361,10 @@ class Presentation:
             raise ValueError(f"threads={self.threads!r}; None or a count >= 1")
         if self.bias_dtype not in (None, "query", "float32"):
             raise ValueError(f"bias_dtype={self.bias_dtype!r}; None, 'query' or 'float32'")
+        if self.context is not None and self.context.partition(":")[0] not in CONTEXT_KINDS:
+            raise ValueError(f"context={self.context!r}; '<kind>[:<what>]' with a kind of {CONTEXT_KINDS}")
+        if self.scalars not in (None, *SCALAR_FORMS):
+            raise ValueError(f"scalars={self.scalars!r}; None or one of {SCALAR_FORMS}")
 
     def asked(self, direction: str) -> frozenset[str]:
         """The inputs that ask for a gradient in a call of ``direction`` ("forward" or "vjp")."""
@@ -333,6 +386,11 @@ class Presentation:
             parts.append(f"{self.threads} thread(s)")
         if self.bias_dtype is not None:
             parts.append(f"M in {self.bias_dtype}")
+        if self.context is not None:
+            parts.append(f"under {self.context}")
+        if self.scalars is not None:
+            arg, _, form = self.scalars.partition(":")
+            parts.append(f"{arg} as {form}")
         return ", ".join(parts) or "as usual"
 
 
@@ -893,6 +951,13 @@ class NotApplicable(Exception):
     The suite reports the clause as not applicable with this message (e.g. torch's own reason why a
     forced backend cannot take the inputs), never as a pass.
     """
+
+
+class ContextRefused(NotApplicable):
+    """Raised by an adapter when the framework itself refused a call under a caller's context
+    (``Presentation.context``) in its own words (a forced SDP backend that cannot take the inputs: "No
+    available kernel"; an op without a deterministic implementation under deterministic algorithms): that
+    context is not applicable to that case. Never a failure of the kernel, never a refusal of the case."""
 
 
 class KernelFault(Exception):

@@ -78,6 +78,12 @@ class HFAttention:
     def __repr__(self) -> str:
         return f"HFAttention({self.name!r})"
 
+    def contexts(self) -> tuple[str, ...]:
+        """The caller's contexts this adapter applies around its kernel (Presentation.context), from torch's API."""
+        from implementations import _torch_contexts
+
+        return _torch_contexts.names("cpu")
+
     def unavailable_reason(self) -> str | None:
         if self._unavailable is False:
             try:

@@ -25,7 +25,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from conformance.contract import LOW_PRECISION, PRESENTATION_ATTRIBUTES, Case, KernelFault, Presentation, np_dtype
+from conformance.contract import (
+    LOW_PRECISION,
+    PRESENTATION_ATTRIBUTES,
+    Case,
+    ContextRefused,
+    KernelFault,
+    Presentation,
+    np_dtype,
+)
+from implementations import _torch_contexts
 from implementations._masks import causal_blocked
 
 TORCH_DTYPES = {
@@ -290,7 +299,29 @@ def sdpa_kwargs(
         kwargs["enable_gqa"] = bool(case.enable_gqa)
     elif case.Hq != case.Hkv:
         kwargs["enable_gqa"] = True
-    return kwargs
+    return _in_form(kwargs, case.presentation.scalars if case.presentation is not None else None, device)
+
+
+def _in_form(kwargs: dict[str, Any], form: str | None, device: str) -> dict[str, Any]:
+    """One scalar argument in the Python type ``form`` names (Presentation.scalars, "<argument>:<type>"), as
+    callers pass them: ``scale=2`` an int, a numpy.float64 or numpy.float32 read from a config, a 0-d tensor,
+    ``is_causal`` a numpy.bool_ or 1. The value is the same (an int only where it is integral, a float32 only
+    where it is exact); an argument the call does not pass, or a value the form cannot hold, stays as it is."""
+    arg, _, kind = (form or "").partition(":")
+    value = kwargs.get(arg)
+    if value is None or (arg == "scale" and not isinstance(value, float)):
+        return kwargs
+    if kind == "int" and float(value).is_integer():
+        value = int(value)
+    elif kind == "numpy.float64":
+        value = np.float64(value)
+    elif kind == "numpy.float32" and float(np.float32(value)) == value:
+        value = np.float32(value)
+    elif kind == "numpy.bool_":
+        value = np.bool_(value)
+    elif kind == "tensor":
+        value = torch.tensor(value, device=device)
+    return {**kwargs, arg: value}
 
 
 # -- the presented call -------------------------------------------------------------------------
@@ -344,8 +375,14 @@ def forward(case: Case, device: str, call: Any) -> np.ndarray:
     autograd an output that asked inputs are not on the graph of is the kernel's fault."""
     pres = case.presentation or Presentation()
     args = Arguments(device, pres.asked("forward"))
-    with _mode(pres.grad_mode), _default_dtype(pres.default_dtype), _threads(pres.threads):
-        out = call(args)
+    call = _torch_contexts.wrap(pres.context, call, TORCH_DTYPES.get(case.dtype))
+
+    def body() -> torch.Tensor:
+        with _mode(pres.grad_mode), _default_dtype(pres.default_dtype), _threads(pres.threads):
+            with _torch_contexts.around(pres.context):
+                return call(args)
+
+    out = _in_context(pres.context, body)
     asking = _asking(args, case)
     if pres.grad_mode == "grad" and asking and not out.requires_grad:
         names = ", ".join(n for n, _ in asking)
@@ -363,24 +400,8 @@ def vjp(case: Case, grad_out: np.ndarray, device: str, call: Any) -> tuple:
     result is returned). An input one object with another gets their whole gradient under both names."""
     pres = case.presentation or Presentation()
     args = Arguments(device, pres.asked("vjp"))
-    with _mode("grad"), _default_dtype(pres.default_dtype), _threads(pres.threads):
-        out = call(args)
-        asking = _asking(args, case)
-        if args.bias_grad and args.bias_leaf is None:
-            raise KernelFault("the additive M asked for its gradient, but no float mask reached the kernel")
-        if not out.requires_grad:
-            names = ", ".join(n for n, _ in asking)
-            raise KernelFault(f"the output is not on the autograd graph although {names} asked for a gradient")
-        g = args(grad_out)
-        g = g if g.dtype == out.dtype else g.to(out.dtype)
-        leaves: list[torch.Tensor] = []
-        for _, t in asking:
-            if not any(t is x for x in leaves):
-                leaves.append(t)
-        twice = pres.backward == "twice"
-        grads = torch.autograd.grad(out, leaves, grad_outputs=g, retain_graph=twice, allow_unused=True)
-        if twice:
-            grads = torch.autograd.grad(out, leaves, grad_outputs=g, allow_unused=True)
+    call = _torch_contexts.wrap(pres.context, call, TORCH_DTYPES.get(case.dtype))
+    asking, grads, leaves = _in_context(pres.context, lambda: _backward(case, pres, args, call, grad_out))
     by_leaf = {id(t): gr for t, gr in zip(leaves, grads)}
     result: dict[str, np.ndarray | None] = {"query": None, "key": None, "value": None}
     for name, t in asking:
@@ -390,6 +411,44 @@ def vjp(case: Case, grad_out: np.ndarray, device: str, call: Any) -> tuple:
         result[name] = to_numpy(grad)
     values = (result["query"], result["key"], result["value"])
     return (*values, result["bias"]) if "bias" in result else values
+
+
+def _backward(case: Case, pres: Presentation, args: Arguments, call: Any, grad_out: np.ndarray) -> tuple:
+    """The forward under autograd and its backward, inside the caller's context: (asking, grads, leaves)."""
+    with _mode("grad"), _default_dtype(pres.default_dtype), _threads(pres.threads):
+        with _torch_contexts.around(pres.context):
+            out = call(args)
+            asking = _asking(args, case)
+            if args.bias_grad and args.bias_leaf is None:
+                raise KernelFault("the additive M asked for its gradient, but no float mask reached the kernel")
+            if not out.requires_grad:
+                names = ", ".join(n for n, _ in asking)
+                raise KernelFault(f"the output is not on the autograd graph although {names} asked for a gradient")
+            g = args(grad_out)
+            g = g if g.dtype == out.dtype else g.to(out.dtype)
+            leaves: list[torch.Tensor] = []
+            for _, t in asking:
+                if not any(t is x for x in leaves):
+                    leaves.append(t)
+            twice = pres.backward == "twice"
+            grads = torch.autograd.grad(out, leaves, grad_outputs=g, retain_graph=twice, allow_unused=True)
+            if twice:
+                grads = torch.autograd.grad(out, leaves, grad_outputs=g, allow_unused=True)
+    return asking, grads, leaves
+
+
+def _in_context(name: str | None, body: Any) -> Any:
+    """``body()`` as the caller's context ``name`` runs it (another thread for "thread"); torch refusing the call
+    under that context in its own words (``_torch_contexts.refusal``) is ``ContextRefused``, not a fault."""
+    try:
+        return _torch_contexts.run(name, body)
+    except ContextRefused:
+        raise
+    except Exception as exc:
+        reason = _torch_contexts.refusal(name, exc)
+        if reason is None:
+            raise
+        raise ContextRefused(reason) from exc
 
 
 # -- transforms (conformance/contract.py: ``transforms``, ``jvp``, ``vjp_vjp``, ``vmap_forward``) ---------

@@ -71,6 +71,12 @@ class FunctionAdapter:
         # without an enable_gqa parameter there is no GQA flag to call it without
         self.declaration = declaration.replace(device=device, gqa_flag=declaration.gqa_flag and self._accepts_gqa)
 
+    def contexts(self) -> tuple[str, ...]:
+        """The caller's contexts this adapter applies around its kernel (Presentation.context), from torch's API."""
+        from implementations import _torch_contexts
+
+        return _torch_contexts.names(self.device)
+
     def unavailable_reason(self) -> str | None:
         try:
             import torch

@@ -81,7 +81,7 @@ def _attention_mask(case: Case, dtype: torch.dtype) -> torch.Tensor | None:
 hf_eager = _hf.HFAttention(
     "hf-eager",
     Declaration(
-        presents=_torch.PRESENTS - {"bias_dtype"},  # the float mask is built as transformers builds it
+        presents=_torch.PRESENTS - {"bias_dtype", "scalars"},  # the float mask and scalars are built as transformers does
         **capabilities(),
         causal_alignment="top-left",
         all_blocked="mean-v",

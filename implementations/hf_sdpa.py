@@ -53,7 +53,7 @@ hf_sdpa = _hf.HFAttention(
     "hf-sdpa",
     # Reads like keras_torch.py's declaration (both end in torch's SDPA, one combined mask): data, measured apiece
     Declaration(
-        presents=_torch.PRESENTS - {"bias_dtype"},  # the float mask is built as transformers builds it
+        presents=_torch.PRESENTS - {"bias_dtype", "scalars"},  # the float mask and scalars are built as transformers does
         **capabilities(),
         causal_alignment="top-left",
         all_blocked="zeros",

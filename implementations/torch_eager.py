@@ -90,10 +90,16 @@ class TorchEagerAdapter:
             all_blocked="zeros",
             mask_sense="blocked",
             validates_inputs=True,
-            presents=_torch.PRESENTS - {"bias_dtype"},  # no float mask
+            presents=_torch.PRESENTS - {"bias_dtype", "scalars"},  # no float mask; its scalars are its own
             batch_invariant=True,  # measured: an item alone and inside a batch of 4 is bitwise the same (T=300, S=700)
             notes="the article's implementation (000_f3dcd408372d9e02.txt §8); is_causal emulated with triu(1)",
         )
+
+    def contexts(self) -> tuple[str, ...]:
+        """The caller's contexts this adapter applies around its kernel (Presentation.context), from torch's API."""
+        from implementations import _torch_contexts
+
+        return _torch_contexts.names("cpu")
 
     @staticmethod
     def _mask(case: Case) -> torch.Tensor | None:

@@ -79,7 +79,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from conformance.contract import DTYPES, LOW_PRECISION, Case, Declaration, NotApplicable, capabilities
-from implementations import _torch
+from implementations import _torch, _torch_contexts
 from implementations._torch import TORCH_DTYPES, manual_seed, qkv, sdpa_kwargs, to_numpy, to_torch
 
 __all__ = [
@@ -148,6 +148,10 @@ class TorchSDPA:
 
     def __repr__(self) -> str:
         return f"TorchSDPA({self.name!r}, device={self.device!r}, backend={self.backend})"
+
+    def contexts(self) -> tuple[str, ...]:
+        """The caller's contexts this adapter applies around its kernel (Presentation.context), from torch's API."""
+        return _torch_contexts.names(self.device)
 
     # -- availability -------------------------------------------------------------------------
     def unavailable_reason(self) -> str | None:

@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from conformance.contract import Case
+from conformance.contract import Case, Presentation
 from conformance.harness.calls.guarded import GuardedAdapter
 from conformance.harness.cases.build import random_case, random_mask
 from conformance.harness.cases.preconditions import WORDS, broken
@@ -215,6 +215,12 @@ def _check(impl: GuardedAdapter, dtype: str, name: str, build: Callable[[str], l
         if held and problem is not None:
             problems.append(problem)
             first = first or b.case
+    if "grad_mode" in decl.presents:
+        # The first bad input again under autograd with no grad-mode context of the suite's own around the call: a
+        # kernel that switches autograd off and raises leaves its caller's grad mode off, which the guarded call
+        # sees (it reads the process state after a call that raised as after one that returned).
+        b = bad_inputs[0]
+        impl.call_raw(b.case.replace(presentation=Presentation(grad_mode="grad"), label=f"{b.what}, under autograd"))
     neighbour: ClauseViolation | None = None  # the first valid neighbour that failed, as the guarded call said
     for b in bad_inputs:
         good = rejection.first_supported(impl, b.neighbours)
@@ -256,7 +262,9 @@ def _clause(cid: str, name: str, source: Source, build, kills: list[str], requir
     return test
 
 
-test_refuses_rank = _clause("PRECOND-RANK-01", "rank", RANK, _rank, ["accepts_rank", "validates_nothing"])
+test_refuses_rank = _clause(
+    "PRECOND-RANK-01", "rank", RANK, _rank, ["accepts_rank", "validates_nothing", "refused_call_leaves_grad_mode_off"]
+)
 test_refuses_integer = _clause(
     "PRECOND-FLOAT-02", "integer", FLOAT, _integer, ["accepts_integer", "bad_input_crashes_keyerror"]
 )

@@ -24,7 +24,17 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conformance.contract import DTYPES, Case, Declaration, KernelFault, NotApplicable, aliases, dtype_name, np_dtype
+from conformance.contract import (
+    DTYPES,
+    Case,
+    ContextRefused,
+    Declaration,
+    KernelFault,
+    NotApplicable,
+    aliases,
+    dtype_name,
+    np_dtype,
+)
 from conformance.harness.calls import process_state
 from conformance.harness.calls.call_timeout import DEFAULT_CALL_TIMEOUT, CallTimedOut, call_with_timeout
 from conformance.harness.calls.programs import ProgramLog
@@ -213,6 +223,8 @@ class GuardedAdapter:
                 )
             finally:
                 self._after_call(case, what, inputs, snapshots, state)
+        except ContextRefused:  # the framework refused the call under the caller's context: the clause's to record
+            raise
         except NotApplicable as exc:
             self.refused.append(case.describe())
             flags = declarations_ruling_out(case, self.declaration)
