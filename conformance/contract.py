@@ -595,7 +595,15 @@ class Declaration:
     mask_sense: MaskSense = "blocked"
     max_head_dim: int | None = None
     requires_dk_eq_dv: bool = False
+    # Two bitwise claims, apart (003 §边界与失败方式: "“精确注意力”不表示逐 bit 相同"). ``deterministic``: the
+    # same call on the same memory gives the same bits (measured by repeating a call). ``layout_invariant``:
+    # the same numbers give the same bits in ANY memory: another alignment (offsets that are not multiples
+    # of 64 bytes), strides, a transposed or packed view, which inputs ask for a gradient. No library
+    # promises the second (SIMD and GEMM paths pick their blocking by alignment and layout, and the bits
+    # follow), so it is False unless declared or measured (discovery); without it the PRESENT-* clauses
+    # judge each presentation within the error model, as the spec's "exact" asks.
     deterministic: bool = True
+    layout_invariant: bool = False
     batch_invariant: bool = False
     returns_weights: bool = False
     # The kernel gives the additive M (a float mask) its gradient when M asks for one (torch's SDPA does:

@@ -140,7 +140,7 @@ class Arguments:
         self.requires_grad = requires_grad
         self.bias_grad = "bias" in requires_grad
         self.bias_leaf: torch.Tensor | None = None
-        self._roots: dict[int, torch.Tensor | None] = {}
+        self._roots: dict[tuple[int, str], torch.Tensor | None] = {}
         self._objects: dict[int, torch.Tensor] = {}
         self._held: list[Any] = []  # the arrays whose ids key the memos, so that no id is reused meanwhile
 
@@ -161,12 +161,18 @@ class Arguments:
             return _copied(a, self.device)
         root = _root(a)
         offset = _address(a) - _address(root)
-        if root.dtype != a.dtype or not root.flags.c_contiguous or offset % size or offset < 0:
+        if not root.flags.c_contiguous or offset % size or offset < 0:
             return _copied(a, self.device)
-        if id(root) not in self._roots:
-            self._roots[id(root)] = _flat(root, self.device)
+        memo = (id(root), a.dtype.str if root.dtype != a.dtype else "")
+        if root.dtype != a.dtype:  # a raw byte buffer (an array placed at a chosen alignment): its bytes as a.dtype
+            if root.nbytes < size:
+                return _copied(a, self.device)
+            raw = root.reshape(-1).view(np.uint8)
+            root = raw[: root.nbytes - root.nbytes % size].view(a.dtype)
+        if memo not in self._roots:
+            self._roots[memo] = _flat(root, self.device)
             self._held.append(root)
-        flat = self._roots[id(root)]
+        flat = self._roots[memo]
         if flat is None:
             return _copied(a, self.device)
         # A length-1 axis may have any stride in NumPy; a user's tensor has stride 1 in its last axis there
@@ -220,9 +226,31 @@ def mask_tensor(mask: np.ndarray, device: str = "cpu", invert: bool = False) -> 
     still expanded: a user's ``mask[:, None].expand(B, H, T, S)`` reaches the kernel as that view (a
     contiguous copy would test another input)."""
     mask = np.asarray(mask, dtype=bool)
+    if invert:
+        inverted = _inverted_in_its_memory(mask)
+        if inverted is not None:
+            return to_torch(inverted, device)
     wide = [i for i, (n, s) in enumerate(zip(mask.shape, mask.strides)) if s == 0 and n > 1]
     src = mask[tuple(slice(0, 1) if i in wide else slice(None) for i in range(mask.ndim))]
     return to_torch(np.broadcast_to(~src if invert else src, mask.shape), device)
+
+
+def _inverted_in_its_memory(mask: np.ndarray) -> np.ndarray | None:
+    """``~mask`` in the memory form ``mask`` has: a view at the same offset and strides into a copy of its buffer
+    placed at the same address modulo 64 bytes, so that a mask sliced from a wider one (rows further apart than S)
+    or placed off a vector boundary still reaches the kernel so once inverted into the kernel's sense. None for a
+    mask that owns contiguous memory (the plain inversion keeps its form) or has a negative stride."""
+    root = _root(mask)
+    if root is mask or not root.flags.c_contiguous or any(st < 0 for st in mask.strides):
+        return None
+    offset = _address(mask) - _address(root)
+    raw = np.empty(root.nbytes + 64, dtype=np.uint8)
+    start = (_address(root) - _address(raw)) % 64
+    buffer = raw[start : start + root.nbytes]
+    buffer[...] = root.reshape(-1).view(np.uint8)
+    inverted = np.ndarray(mask.shape, dtype=bool, buffer=buffer, offset=offset, strides=mask.strides)
+    inverted[...] = ~mask
+    return inverted
 
 
 def blocked_mask(case: Case, device: str = "cpu") -> torch.Tensor | None:

@@ -56,6 +56,42 @@ class CallOffsetMisread(_Call):
         return _ref(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
 
 
+@mutant("call_alignment_dependent_values")
+class CallAlignmentDependentValues(_Call):
+    """Takes a vector path whose tail handling drops the last key when the query's data does not start on a
+    64-byte boundary (a loop peeled for alignment that forgets the remainder): right wherever the allocator
+    happened to align the query, wrong at any other address, on every host."""
+
+    @staticmethod
+    def fn(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        if q.data_ptr() % 64 and k.shape[-2] > 1:
+            k, v = k[..., :-1, :], v[..., :-1, :]
+            if attn_mask is not None and attn_mask.shape[-1] > 1:
+                attn_mask = attn_mask[..., :-1]
+        return _ref(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+
+
+@mutant("call_mask_rows_assumed_dense")
+class CallMaskRowsAssumedDense(_Call):
+    """Reads a boolean mask's rows as if they were S elements apart (a raw pointer walked row by row): a mask
+    sliced from a wider one (a longer padded buffer) reads the wrong keys on every row after the first."""
+
+    @staticmethod
+    def fn(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        if attn_mask is not None and attn_mask.dtype == torch_bool() and attn_mask.dim() >= 2:
+            strides = list(attn_mask.stride())
+            if strides[-1] == 1 and strides[-2] not in (0, attn_mask.shape[-1]):
+                strides[-2] = attn_mask.shape[-1]
+                attn_mask = attn_mask.as_strided(attn_mask.shape, strides, attn_mask.storage_offset())
+        return _ref(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+
+
+def torch_bool():
+    import torch
+
+    return torch.bool
+
+
 @mutant("call_strides_assumed_contiguous")
 class CallStridesAssumedContiguous(_Call):
     """Takes the key's strides to be its shape's (a pointer walked as if contiguous): a transposed or padded key
