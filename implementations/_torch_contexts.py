@@ -164,10 +164,26 @@ def _restoring(read: Callable[[], Any], write: Callable[[Any], None], value: Any
         write(before)
 
 
-def _sdp_backend(member: str):
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+# torch's ``sdpa_kernel`` sets process-wide flags and on exit puts back what it found: two threads inside it at
+# once put back each other's settings (measured 2026-12-07, torch 2.13.0: three concurrent calls through
+# sdpa_kernel(MATH) left the flash backend off for every later call of the process). Every forced backend
+# here holds this lock for the whole call, as a caller that forces a backend from several threads must.
+SDP_BACKEND_LOCK = threading.RLock()
 
-    return sdpa_kernel(SDPBackend.__members__[member])
+
+@contextlib.contextmanager
+def forced_backend(backend: Any) -> Iterator[None]:
+    """``sdpa_kernel(backend)`` (an SDPBackend or a list of them), one thread at a time (:data:`SDP_BACKEND_LOCK`)."""
+    from torch.nn.attention import sdpa_kernel
+
+    with SDP_BACKEND_LOCK, sdpa_kernel(backend):
+        yield
+
+
+def _sdp_backend(member: str):
+    from torch.nn.attention import SDPBackend
+
+    return forced_backend(SDPBackend.__members__[member])
 
 
 def _set_deterministic(mode: bool) -> None:

@@ -81,7 +81,8 @@ def _attention_mask(case: Case, dtype: torch.dtype) -> torch.Tensor | None:
 hf_eager = _hf.HFAttention(
     "hf-eager",
     Declaration(
-        presents=_torch.PRESENTS - {"bias_dtype", "scalars"},  # the float mask and scalars are built as transformers does
+        # the float mask and the scalars are built as transformers builds them
+        presents=_torch.PRESENTS - {"bias_dtype", "scalars"},
         **capabilities(),
         causal_alignment="top-left",
         all_blocked="mean-v",

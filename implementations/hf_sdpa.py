@@ -53,7 +53,8 @@ hf_sdpa = _hf.HFAttention(
     "hf-sdpa",
     # Reads like keras_torch.py's declaration (both end in torch's SDPA, one combined mask): data, measured apiece
     Declaration(
-        presents=_torch.PRESENTS - {"bias_dtype", "scalars"},  # the float mask and scalars are built as transformers does
+        # the float mask and the scalars are built as transformers builds them
+        presents=_torch.PRESENTS - {"bias_dtype", "scalars"},
         **capabilities(),
         causal_alignment="top-left",
         all_blocked="zeros",

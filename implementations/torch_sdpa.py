@@ -180,6 +180,12 @@ class TorchSDPA:
         return F.scaled_dot_product_attention(q, k, v, **kwargs)
 
     def _context(self):
+        """The forced backend around one kernel call (one thread at a time: ``_torch_contexts.forced_backend``)."""
+        return nullcontext() if self.backend is None else _torch_contexts.forced_backend(self.backend)
+
+    def _outer(self):
+        """The forced backend around a whole forward and backward (the backward in it too), without the lock: the
+        call inside may run on another thread (the caller's ``thread`` context) and take the lock there."""
         return nullcontext() if self.backend is None else sdpa_kernel(self.backend)
 
     def _run(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kwargs: dict[str, Any]) -> torch.Tensor:
@@ -209,7 +215,7 @@ class TorchSDPA:
         if self.backend is None or self.backend == SDPBackend.MATH:
             return None
         try:
-            with warnings.catch_warnings(), torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
+            with warnings.catch_warnings(), torch.no_grad(), _torch_contexts.forced_backend(SDPBackend.MATH):
                 warnings.simplefilter("ignore")
                 F.scaled_dot_product_attention(q.detach(), k.detach(), v.detach(), **kwargs)
         except (RuntimeError, ValueError, TypeError, IndexError) as exc:
@@ -256,7 +262,7 @@ class TorchSDPA:
         manual_seed(seed)
         with torch.enable_grad():
             out = self._run(q, k, v, kwargs)
-            with self._context():
+            with self._outer():
                 grads = torch.autograd.grad(out, (q, k, v), grad_outputs=g.to(out.dtype))
         self._sync()
         return grads
@@ -299,22 +305,22 @@ class TorchSDPA:
         return None, f"torch profiler saw no backend op of SDPA (ops: {', '.join(ops) or 'none'})"
 
     def vjp(self, case: Case, grad_out: np.ndarray) -> tuple:
-        with self._context():  # the backward in the forced backend too
+        with self._outer():  # the backward in the forced backend too
             return _torch.vjp(case, grad_out, self.device, lambda args: self._presented(case, args))
 
     # the transforms a caller applies to torch's SDPA (conformance/contract.py), in the forced backend too
     transforms = _torch.TRANSFORMS
 
     def jvp(self, case: Case, tangents: dict) -> tuple:
-        with self._context():
+        with self._outer():
             return _torch.jvp(case, tangents, self.device, lambda args: self._presented(case, args))
 
     def vjp_vjp(self, case: Case, grad_out: np.ndarray, w: tuple) -> tuple:
-        with self._context():
+        with self._outer():
             return _torch.vjp_vjp(case, grad_out, w, self.device, lambda args: self._presented(case, args))
 
     def vmap_forward(self, cases: list[Case]) -> np.ndarray:
-        with self._context():
+        with self._outer():
             return _torch.vmap_forward(cases, self.device, lambda args: self._presented(cases[0], args))
 
 

@@ -17,6 +17,7 @@ caller's own thread, is ``harness.calls.call_timeout``'s.
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any
@@ -128,6 +129,9 @@ class GuardedAdapter:
         self.programs = ProgramLog()  # structures met in this process, and the time of first calls
         # hold(): (label, the kernel's array, its digest, the call that returned it)
         self.held: deque[tuple[str, np.ndarray, bytes, int]] = deque(maxlen=HELD_RESULTS)
+        # Callers may call one kernel from several threads at once (CONTEXT-THREADS-02): the held results are
+        # read and written under this lock (the kernel call itself is not: that is what those callers do).
+        self._held_lock = threading.RLock()
         self.begin()
 
     def __repr__(self) -> str:  # shown in hypothesis' falsifying examples: keep it short
@@ -267,15 +271,16 @@ class GuardedAdapter:
                 found.append(f"modified its input {name!r} in place")
                 if now.flags.writeable:
                     np.copyto(now, before)
-        for item in list(self.held):
-            label, arr, digest, _ = item
-            if _digest(arr) != digest:
-                found.append(
-                    f"changed a result it returned earlier (from '{label}') during this call: a buffer it handed "
-                    "out was reused, so a caller holding that result now holds other numbers"
-                )
-                self.held.remove(item)  # reported once, by the call that changed it
-                break
+        with self._held_lock:
+            for item in list(self.held):
+                label, arr, digest, _ = item
+                if _digest(arr) != digest:
+                    found.append(
+                        f"changed a result it returned earlier (from '{label}') during this call: a buffer it "
+                        "handed out was reused, so a caller holding that result now holds other numbers"
+                    )
+                    self.held.remove(item)  # reported once, by the call that changed it
+                    break
         changed = state.changes(generators=not case.dropout_p)
         if changed:
             found.append(
@@ -290,15 +295,17 @@ class GuardedAdapter:
         kernel's doing. Large results are not held (the cost), and only the last few are."""
         if not isinstance(result, np.ndarray) or result.nbytes > HELD_BYTES:
             return result
-        self.held.append((case.label or case.describe()[:80], result, _digest(result), self.calls))
+        with self._held_lock:
+            self.held.append((case.label or case.describe()[:80], result, _digest(result), self.calls))
         return np.array(result, copy=True)
 
     def release_latest(self) -> np.ndarray | None:
         """Stop holding the latest call's result and return the kernel's own array (None when that call's result
         was not held): a caller that owns its result writes into it (a residual added in place), and what the
         kernel may not do with it afterwards is that caller's to check (conformance/clauses/test_caller.py)."""
-        if self.held and self.held[-1][3] == self.calls:
-            return self.held.pop()[1]
+        with self._held_lock:
+            if self.held and self.held[-1][3] == self.calls:
+                return self.held.pop()[1]
         return None
 
     def _check_array(self, arr: Any, what: str, shape: tuple, case: Case, inputs: list) -> np.ndarray:
@@ -312,7 +319,9 @@ class GuardedAdapter:
         for a in inputs:
             if np.shares_memory(arr, a):
                 raise AdapterError(f"{self.name}: {what} shares memory with an input (a view, not a result)", case)
-        for label, earlier, _, call in self.held:
+        with self._held_lock:
+            held = tuple(self.held)
+        for label, earlier, _, call in held:
             # a result the caller still holds is alive: no fresh allocation can overlap it, only a buffer handed
             # out again (the next write to it, by the kernel or by the caller, changes both results); one call's
             # results may share (one object given as query and key has one gradient)
