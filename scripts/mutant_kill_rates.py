@@ -33,6 +33,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+CALL_FAMILIES = ("contexts", "arguments", "transforms", "memory", "limits")  # tests/generated_call_mutants.FAMILIES
+
 
 def _setup(profile: str) -> None:
     from conformance.harness.cases.profiles import load_profile
@@ -147,22 +149,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--end", type=int, default=0, help="... up to its N-th mutant (split a sample across processes)")
     ap.add_argument(
         "--family",
-        choices=("values", "calls"),
+        choices=("values", "calls", *CALL_FAMILIES),
         default="values",
         help="values: NumPy kernels wrong where value classes meet (tests/generated_mutants.py); calls: torch "
-        "functions wrong in how a call is made, around it or in what they accept (tests/generated_call_mutants.py)",
+        "functions wrong in how a call is made, around it or in what they accept (tests/generated_call_mutants.py); "
+        f"{', '.join(CALL_FAMILIES)}: the calls family with one predicate of that family in every trigger "
+        "(the context a caller sets, scalar argument types, transforms, memory alignment and row pitch, sizes past "
+        "a kernel's limits)",
     )
     args = ap.parse_args(argv)
     _setup(args.profile)
-    if args.family == "calls":
+    if args.family != "values":
         from tests.generated_call_mutants import sample as call_sample
 
+        family = None if args.family == "calls" else args.family
         if args.arity == 3:
-            specs = call_sample(args.n, 3, args.seed)
+            specs = call_sample(args.n, 3, args.seed, family)
         else:
             n1 = args.n // 3 if args.arity == 2 else args.n
-            specs = call_sample(n1, 1, args.seed) + (
-                call_sample(args.n - n1, 2, args.seed + 1) if args.arity == 2 else []
+            specs = call_sample(n1, 1, args.seed, family) + (
+                call_sample(args.n - n1, 2, args.seed + 1, family) if args.arity == 2 else []
             )
         return _run(specs[args.start - 1 : args.end or None], args)
 

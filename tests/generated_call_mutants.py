@@ -21,6 +21,7 @@ condition (the NumPy family's "called before with the same shapes").
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -83,6 +84,58 @@ PREDICATES: dict[str, Callable[[Call], bool]] = {
     "Dk above 64": lambda c: c.q.shape[-1] > 64,
     "more than 64 keys": lambda c: c.k.shape[-2] > 64,
     "dropout is on": lambda c: c.dropout_p > 0,
+}
+
+
+def _unpacked_tangent(t) -> bool:
+    import torch.autograd.forward_ad as fwd
+
+    return fwd.unpack_dual(t).tangent is not None
+
+
+def _batched(t) -> bool:
+    import torch
+
+    return bool(torch._C._functorch.is_batchedtensor(t))
+
+
+# The families beyond the calls family: what a caller sets around a call, how it passes scalars, transforms
+# applied to the kernel, where its memory lies and sizes past the counts kernels have limits at. Each family's
+# predicates join the calls family's; a mutant of a family has at least one of its predicates in its trigger.
+FAMILIES: dict[str, dict[str, Callable[[Call], bool]]] = {
+    "contexts": {
+        "deterministic algorithms are on": lambda c: _torch().are_deterministic_algorithms_enabled(),
+        "float32 matmul precision is not highest": lambda c: _torch().get_float32_matmul_precision() != "highest",
+        "autocast is on": lambda c: _torch().is_autocast_enabled("cpu"),
+        "anomaly detection is on": lambda c: _torch().is_anomaly_enabled(),
+        "a thread other than the main one": lambda c: threading.current_thread() is not threading.main_thread(),
+        "the flash SDP backend is off": lambda c: not _torch().backends.cuda.flash_sdp_enabled(),
+        "oneDNN is off": lambda c: not _torch().backends.mkldnn.enabled,
+    },
+    "arguments": {
+        "scale is not a Python float": lambda c: c.scale is not None and type(c.scale) is not float,
+        "is_causal is not a Python bool": lambda c: type(c.is_causal) is not bool,
+        "dropout_p is not a Python float": lambda c: type(c.dropout_p) is not float,
+    },
+    "transforms": {
+        "forward-mode AD is on (a tangent)": lambda c: any(_unpacked_tangent(t) for t in (c.q, c.k, c.v)),
+        "under vmap (a batched tensor)": lambda c: any(_batched(t) for t in (c.q, c.k, c.v)),
+    },
+    "memory": {
+        "the query is off a 64-byte boundary": lambda c: c.q.data_ptr() % 64 != 0,
+        "the mask's rows are not S apart": lambda c: (
+            c.attn_mask is not None
+            and c.attn_mask.dim() >= 2
+            and c.attn_mask.shape[-2] > 1
+            and c.attn_mask.stride()[-2] not in (0, c.attn_mask.shape[-1])
+        ),
+    },
+    "limits": {
+        "more than 65 535 (batch x head) slices": lambda c: c.q.shape[0] * c.q.shape[-3] > 65535,
+        "more than 65 535 keys": lambda c: c.k.shape[-2] > 65535,
+        "positions past 256 in bfloat16": lambda c: c.q.dtype == _torch().bfloat16 and c.k.shape[-2] > 256,
+        "positions past 2 048 in float16": lambda c: c.q.dtype == _torch().float16 and c.k.shape[-2] > 2048,
+    },
 }
 
 
@@ -215,7 +268,7 @@ def function(spec: CallSpec) -> Callable:
     def fn(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
         c = Call(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
         try:
-            fires = all(PREDICATES[p](c) for p in spec.trigger)
+            fires = all(_PREDICATE[p](c) for p in spec.trigger)
         except (AttributeError, IndexError, RuntimeError):  # an invalid call: the reference refuses it
             fires = False
         if not fires:
@@ -233,18 +286,29 @@ def make(spec: CallSpec):
     return FunctionAdapter(function(spec), name=spec.name, declaration=FUNCTION_DEFAULTS)
 
 
-def sample(n: int, arity: int, seed: int) -> list[CallSpec]:
+_PREDICATE: dict[str, Callable[[Call], bool]] = {
+    **PREDICATES,
+    **{k: f for fam in FAMILIES.values() for k, f in fam.items()},
+}
+
+
+def sample(n: int, arity: int, seed: int, family: str | None = None) -> list[CallSpec]:
     """``n`` distinct mutants of ``arity``, seeded. Arity 1 holds one precondition mutant per precondition
-    of 000 §8 among them; the rest draw a perturbation, its needs, and predicates up to the arity."""
+    of 000 §8 among them; the rest draw a perturbation, its needs, and predicates up to the arity. With a
+    ``family`` (:data:`FAMILIES`), every trigger holds one of that family's predicates, the rest drawn from
+    the calls family's and the family's own; no precondition mutants."""
     rng = np.random.default_rng(seed)
-    out: list[CallSpec] = [CallSpec((), "", name) for name in INVALID] if arity == 1 else []
+    out: list[CallSpec] = [CallSpec((), "", name) for name in INVALID] if arity == 1 and family is None else []
     seen = set(out)
-    names = list(PREDICATES)
+    own = list(FAMILIES[family]) if family else []
+    names = list(PREDICATES) + own
     tries = 0
     while len(out) < n and tries < 200 * n:
         tries += 1
         pert = PERTURBATIONS[rng.integers(len(PERTURBATIONS))]
         trigger = list(pert.needs)
+        if own:
+            trigger.append(own[rng.integers(len(own))])
         free = [p for p in names if p not in trigger]
         k = arity - len(trigger) - pert.again
         if k < 0 or (k == 0 and not trigger and not pert.again):
@@ -252,7 +316,9 @@ def sample(n: int, arity: int, seed: int) -> list[CallSpec]:
         trigger += [free[i] for i in sorted(rng.choice(len(free), size=k, replace=False))]
         if _contradicts(trigger, pert):
             continue
-        spec = CallSpec(tuple(sorted(trigger, key=names.index)), pert.name)
+        spec = CallSpec(tuple(sorted(set(trigger), key=names.index)), pert.name)
+        if len(spec.trigger) != len(trigger):
+            continue
         if spec not in seen:
             seen.add(spec)
             out.append(spec)
@@ -260,6 +326,8 @@ def sample(n: int, arity: int, seed: int) -> list[CallSpec]:
 
 
 _EXCLUSIVE = (
+    {"inference mode", "forward-mode AD is on (a tangent)"},
+    {"forward-mode AD is on (a tangent)", "under vmap (a batched tensor)"},  # the clauses apply one at a time
     {"inference mode", "the query asks for a gradient"},  # no input asks for a gradient under inference mode
     {"inference mode", "the value asks for a gradient"},
     {"inference mode", "autograd is on"},
@@ -273,8 +341,8 @@ def _contradicts(trigger: list[str], pert: Perturbation) -> bool:
     t = set(trigger)
     if any(pair <= t for pair in _EXCLUSIVE):
         return True
-    if pert.name == "grad mode left off" and "inference mode" in t:
-        return True
+    if pert.name == "grad mode left off" and t & {"inference mode", "a thread other than the main one"}:
+        return True  # grad mode is per thread: a worker thread's ends with it
     if pert.name == "default dtype left at float64" and "the default dtype is float64" in t:
         return True  # the caller's own default: left as it was
     if pert.name == "global generator drawn" and "dropout is on" in t:
