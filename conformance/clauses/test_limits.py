@@ -61,7 +61,9 @@ def on_a_boundary(case: Case) -> Case:
     """``case`` with Q, K, V and the mask copied to a 64-byte boundary: the two calls :func:`rows_unchanged` sets
     side by side then differ in values only, not in alignment, so the bits a deterministic kernel owes are the
     same-memory ones (a vector path blocked by the address rounds alike at one alignment, on any host)."""
-    arrays = {n: at_alignment(getattr(case, n)) for n in ("query", "key", "value", "mask") if getattr(case, n) is not None}
+    arrays = {
+        n: at_alignment(getattr(case, n)) for n in ("query", "key", "value", "mask") if getattr(case, n) is not None
+    }
     return case.replace(**arrays)
 
 
