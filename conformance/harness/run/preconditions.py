@@ -20,7 +20,7 @@ import pytest
 from conformance.contract import Declaration, dtype_name
 from conformance.harness.judge.rejection import documented
 from conformance.harness.records.invalid_inputs import line, table_of
-from conformance.harness.run.report_channel import ReportChannel
+from conformance.harness.run.report_channel import ReportChannel, drain
 
 ATTR = "preconditions_seen"  # list of outcome records on the guarded adapter
 
@@ -61,16 +61,7 @@ def _merge(store: dict[str, dict[tuple[str, str], dict]], impl: str, payload: li
             entry[key]["detail"] += f"; in another dtype {rec['outcome']}: {rec['detail']}"
 
 
-def _take(impl: Any) -> list[dict] | None:
-    recs = getattr(impl, ATTR, None)
-    if not recs:
-        return None
-    out = list(recs)
-    recs.clear()
-    return out
-
-
-CHANNEL = ReportChannel("sdpa_conformance_preconditions", _merge, _take)  # registered by harness/plugin.py
+CHANNEL = ReportChannel("sdpa_conformance_preconditions", _merge, drain(ATTR))  # registered by harness/plugin.py
 
 
 def table(config: pytest.Config, spec: str) -> dict[str, list[dict]]:

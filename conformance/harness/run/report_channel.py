@@ -90,3 +90,18 @@ class ReportChannel:
             if res is not None and res.usable:
                 out.append((spec, res.adapter.declaration, payload))
         return out
+
+
+def drain(attr: str) -> Callable[[Any], list[dict] | None]:
+    """A channel's ``take`` for records a guarded adapter collects in a list attribute ``attr``: the records
+    gathered since the last take (the list emptied), or None when there are none."""
+
+    def take(impl: Any) -> list[dict] | None:
+        recs = getattr(impl, attr, None)
+        if not recs:
+            return None
+        out = list(recs)
+        recs.clear()
+        return out
+
+    return take

@@ -16,7 +16,7 @@ import pytest
 
 from conformance.contract import Declaration
 from conformance.harness.records.transforms import line, table_of
-from conformance.harness.run.report_channel import ReportChannel
+from conformance.harness.run.report_channel import ReportChannel, drain
 
 ATTR = "transforms_seen"  # list of records on the guarded adapter (harness.calls.guarded)
 
@@ -25,16 +25,7 @@ def _merge(store: dict[str, list[dict]], impl: str, payload: list[dict]) -> None
     store.setdefault(impl, []).extend(payload)
 
 
-def _take(impl: Any) -> list[dict] | None:
-    recs = getattr(impl, ATTR, None)
-    if not recs:
-        return None
-    out = list(recs)
-    recs.clear()
-    return out
-
-
-CHANNEL = ReportChannel("sdpa_conformance_transforms", _merge, _take)  # registered by harness/plugin.py
+CHANNEL = ReportChannel("sdpa_conformance_transforms", _merge, drain(ATTR))  # registered by harness/plugin.py
 
 
 def table(config: pytest.Config, spec: str) -> dict[str, dict[str, dict]]:
