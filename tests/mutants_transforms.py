@@ -54,6 +54,31 @@ def _backward(q, k, v, p, g, scale):
     return ds @ k * scale, ds.transpose(-2, -1) @ q * scale, dv
 
 
+def _saved_weights_function(s: float, add, jvp=None):
+    """A custom Function whose forward saves the weights P it computed (off the graph, as a fused kernel saves
+    them) and whose backward forms dQ, dK, dV from them; ``jvp(q, k, v, p, tq, tk, tv, tadd)``, when given, is
+    its forward-mode rule."""
+    import torch
+
+    class Attention(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, add):
+            p = _weights(q, k, add, s)
+            ctx.save_for_backward(q, k, v, p)
+            if jvp is not None:
+                ctx.save_for_forward(q, k, v, p)
+            return p @ v
+
+        @staticmethod
+        def backward(ctx, g):
+            q, k, v, p = ctx.saved_tensors
+            return (*_backward(q, k, v, p, g, s), None)
+
+    if jvp is not None:
+        Attention.jvp = staticmethod(lambda ctx, tq, tk, tv, tadd: jvp(*ctx.saved_tensors, tq, tk, tv, tadd))
+    return Attention
+
+
 @mutant("transform_jvp_key_tangent_dropped")
 class TransformJvpKeyTangentDropped(_Call):
     """A custom Function whose forward and backward are right and whose forward-mode rule (``jvp``) forms the
@@ -63,32 +88,17 @@ class TransformJvpKeyTangentDropped(_Call):
     def fn(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
         import torch
 
-        class Attention(torch.autograd.Function):
-            @staticmethod
-            def forward(ctx, q, k, v, add):
-                p = _weights(q, k, add, s)
-                ctx.save_for_backward(q, k, v, p)
-                ctx.save_for_forward(q, k, v, p)
-                return p @ v
-
-            @staticmethod
-            def backward(ctx, g):
-                q, k, v, p = ctx.saved_tensors
-                return (*_backward(q, k, v, p, g, s), None)
-
-            @staticmethod
-            def jvp(ctx, tq, tk, tv, tadd):
-                q, k, v, p = ctx.saved_tensors
-                ds = torch.zeros_like(p)
-                if tq is not None:
-                    ds = ds + tq @ k.transpose(-2, -1) * s
-                if tadd is not None:
-                    ds = ds + torch.where(torch.isneginf(add), 0.0, tadd)
-                dp = p * (ds - (p * ds).sum(dim=-1, keepdim=True))
-                return dp @ v + (p @ tv if tv is not None else 0.0)
+        def jvp(q, k, v, p, tq, tk, tv, tadd):
+            ds = torch.zeros_like(p)
+            if tq is not None:
+                ds = ds + tq @ k.transpose(-2, -1) * s
+            if tadd is not None:
+                ds = ds + torch.where(torch.isneginf(add), 0.0, tadd)
+            dp = p * (ds - (p * ds).sum(dim=-1, keepdim=True))
+            return dp @ v + (p @ tv if tv is not None else 0.0)
 
         q2, k2, v2, add, s = _operands(q, k, v, attn_mask, is_causal, scale)
-        return Attention.apply(q2, k2, v2, add).to(q.dtype)
+        return _saved_weights_function(s, add, jvp).apply(q2, k2, v2, add).to(q.dtype)
 
 
 @mutant("transform_gradgrad_detached_weights")
@@ -99,22 +109,8 @@ class TransformGradgradDetachedWeights(_Call):
 
     @staticmethod
     def fn(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-        import torch
-
-        class Attention(torch.autograd.Function):
-            @staticmethod
-            def forward(ctx, q, k, v, add):
-                p = _weights(q, k, add, s)
-                ctx.save_for_backward(q, k, v, p)
-                return p @ v
-
-            @staticmethod
-            def backward(ctx, g):
-                q, k, v, p = ctx.saved_tensors
-                return (*_backward(q, k, v, p, g, s), None)
-
         q2, k2, v2, add, s = _operands(q, k, v, attn_mask, is_causal, scale)
-        return Attention.apply(q2, k2, v2, add).to(q.dtype)
+        return _saved_weights_function(s, add).apply(q2, k2, v2, add).to(q.dtype)
 
 
 @mutant("transform_vmap_rule_interleaved")
