@@ -397,6 +397,14 @@ def _asking(args: Arguments, case: Case) -> list[tuple[str, torch.Tensor]]:
     return names + ([("bias", args.bias_leaf)] if args.bias_leaf is not None else [])
 
 
+@contextlib.contextmanager
+def _presented(pres: Presentation, mode: Any) -> Any:
+    """What a call runs inside for presentation ``pres``: ``mode`` (an autograd context manager: ``_mode(...)`` or
+    forward AD's dual level), the default dtype, the thread count and the caller's context (``around``)."""
+    with mode, _default_dtype(pres.default_dtype), _threads(pres.threads), _torch_contexts.around(pres.context):
+        yield
+
+
 def forward(case: Case, device: str, call: Any) -> np.ndarray:
     """``call(args)`` (an :class:`Arguments` for ``case``; it builds Q, K, V with ``args.qkv(case)``)
     under the case's presentation: its forward context and the inputs that ask for a gradient. Under
@@ -406,9 +414,8 @@ def forward(case: Case, device: str, call: Any) -> np.ndarray:
     call = _torch_contexts.wrap(pres.context, call, TORCH_DTYPES.get(case.dtype))
 
     def body() -> torch.Tensor:
-        with _mode(pres.grad_mode), _default_dtype(pres.default_dtype), _threads(pres.threads):
-            with _torch_contexts.around(pres.context):
-                return call(args)
+        with _presented(pres, _mode(pres.grad_mode)):
+            return call(args)
 
     out = _in_context(pres.context, body)
     asking = _asking(args, case)
@@ -443,25 +450,24 @@ def vjp(case: Case, grad_out: np.ndarray, device: str, call: Any) -> tuple:
 
 def _backward(case: Case, pres: Presentation, args: Arguments, call: Any, grad_out: np.ndarray) -> tuple:
     """The forward under autograd and its backward, inside the caller's context: (asking, grads, leaves)."""
-    with _mode("grad"), _default_dtype(pres.default_dtype), _threads(pres.threads):
-        with _torch_contexts.around(pres.context):
-            out = call(args)
-            asking = _asking(args, case)
-            if args.bias_grad and args.bias_leaf is None:
-                raise KernelFault("the additive M asked for its gradient, but no float mask reached the kernel")
-            if not out.requires_grad:
-                names = ", ".join(n for n, _ in asking)
-                raise KernelFault(f"the output is not on the autograd graph although {names} asked for a gradient")
-            g = args(grad_out)
-            g = g if g.dtype == out.dtype else g.to(out.dtype)
-            leaves: list[torch.Tensor] = []
-            for _, t in asking:
-                if not any(t is x for x in leaves):
-                    leaves.append(t)
-            twice = pres.backward == "twice"
-            grads = torch.autograd.grad(out, leaves, grad_outputs=g, retain_graph=twice, allow_unused=True)
-            if twice:
-                grads = torch.autograd.grad(out, leaves, grad_outputs=g, allow_unused=True)
+    with _presented(pres, _mode("grad")):
+        out = call(args)
+        asking = _asking(args, case)
+        if args.bias_grad and args.bias_leaf is None:
+            raise KernelFault("the additive M asked for its gradient, but no float mask reached the kernel")
+        if not out.requires_grad:
+            names = ", ".join(n for n, _ in asking)
+            raise KernelFault(f"the output is not on the autograd graph although {names} asked for a gradient")
+        g = args(grad_out)
+        g = g if g.dtype == out.dtype else g.to(out.dtype)
+        leaves: list[torch.Tensor] = []
+        for _, t in asking:
+            if not any(t is x for x in leaves):
+                leaves.append(t)
+        twice = pres.backward == "twice"
+        grads = torch.autograd.grad(out, leaves, grad_outputs=g, retain_graph=twice, allow_unused=True)
+        if twice:
+            grads = torch.autograd.grad(out, leaves, grad_outputs=g, allow_unused=True)
     return asking, grads, leaves
 
 
@@ -530,7 +536,7 @@ def jvp(case: Case, tangents: dict[str, np.ndarray], device: str, call: Any) -> 
 
     pres = case.presentation or Presentation()
     args = _Dual(device, case, tangents)
-    with forward_ad.dual_level(), _default_dtype(pres.default_dtype), _threads(pres.threads):
+    with _presented(pres, forward_ad.dual_level()):
         out = call(args)
         if "bias" in tangents and args.bias_dual is None:
             raise KernelFault("the additive M was given a tangent, but no float mask reached the kernel")
@@ -551,7 +557,7 @@ def vjp_vjp(case: Case, grad_out: np.ndarray, w: tuple, device: str, call: Any) 
     pres = case.presentation or Presentation()
     names = ("query", "key", "value")
     args = Arguments(device, frozenset(names))
-    with _mode("grad"), _default_dtype(pres.default_dtype), _threads(pres.threads):
+    with _presented(pres, _mode("grad")):
         out = call(args)
         leaves = [args(getattr(case, n)) for n in names]
         if not out.requires_grad:
@@ -598,5 +604,5 @@ def vmap_forward(cases: list[Case], device: str, call: Any) -> np.ndarray:
     def item(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         return call(_Given(device, {id(getattr(first, n)): t for n, t in zip(names, (q, k, v))}))
 
-    with _mode("no_grad"), _default_dtype(pres.default_dtype), _threads(pres.threads):
+    with _presented(pres, _mode("no_grad")):
         return to_numpy(torch.func.vmap(item)(*stacked))
