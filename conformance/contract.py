@@ -305,6 +305,13 @@ SCALAR_FORMS: tuple[str, ...] = (
     "enable_gqa:int",
 )
 GradMode = Literal["no_grad", "grad", "inference"]
+
+
+def joined(text: str | None) -> tuple[str, ...]:
+    """The parts of a "+"-joined Presentation.context or Presentation.scalars (none for None)."""
+    return tuple(text.split("+")) if text else ()
+
+
 GRAD_MODES: tuple[str, ...] = ("no_grad", "grad", "inference")
 GRAD_INPUTS: tuple[str, ...] = ("query", "key", "value", "bias")
 BackwardCalls = Literal["once", "twice"]
@@ -339,9 +346,11 @@ class Presentation:
     # The dtype a float16 / bfloat16 case's additive M reaches the kernel in: "query" (the input dtype),
     # "float32" (exact, as torch's SDPA also takes it); None: the adapter's own choice.
     bias_dtype: str | None = None
-    # A caller's context around the call, of CONTEXT_KINDS ("<kind>" or "<kind>:<what>"); None: none.
+    # A caller's context around the call, of CONTEXT_KINDS ("<kind>" or "<kind>:<what>"); None: none. Two
+    # switches set at once are joined by "+" ("deterministic+thread"), applied in that order.
     context: str | None = None
-    # One scalar argument in another Python type, of SCALAR_FORMS ("scale:int"); None: plain float / bool.
+    # A scalar argument in another Python type, of SCALAR_FORMS ("scale:int"); None: plain float / bool. Several
+    # arguments at once are joined by "+" ("scale:numpy.float64+dropout_p:numpy.float64": a config read by NumPy).
     scalars: str | None = None
 
     def __post_init__(self) -> None:
@@ -361,10 +370,10 @@ class Presentation:
             raise ValueError(f"threads={self.threads!r}; None or a count >= 1")
         if self.bias_dtype not in (None, "query", "float32"):
             raise ValueError(f"bias_dtype={self.bias_dtype!r}; None, 'query' or 'float32'")
-        if self.context is not None and self.context.partition(":")[0] not in CONTEXT_KINDS:
-            raise ValueError(f"context={self.context!r}; '<kind>[:<what>]' with a kind of {CONTEXT_KINDS}")
-        if self.scalars not in (None, *SCALAR_FORMS):
-            raise ValueError(f"scalars={self.scalars!r}; None or one of {SCALAR_FORMS}")
+        if self.context is not None and any(p.partition(":")[0] not in CONTEXT_KINDS for p in joined(self.context)):
+            raise ValueError(f"context={self.context!r}; '<kind>[:<what>]' with a kind of {CONTEXT_KINDS}, '+'-joined")
+        if self.scalars is not None and any(p not in SCALAR_FORMS for p in joined(self.scalars)):
+            raise ValueError(f"scalars={self.scalars!r}; None or '+'-joined forms of {SCALAR_FORMS}")
 
     def asked(self, direction: str) -> frozenset[str]:
         """The inputs that ask for a gradient in a call of ``direction`` ("forward" or "vjp")."""
@@ -389,8 +398,9 @@ class Presentation:
         if self.context is not None:
             parts.append(f"under {self.context}")
         if self.scalars is not None:
-            arg, _, form = self.scalars.partition(":")
-            parts.append(f"{arg} as {form}")
+            for one in joined(self.scalars):
+                arg, _, form = one.partition(":")
+                parts.append(f"{arg} as {form}")
         return ", ".join(parts) or "as usual"
 
 

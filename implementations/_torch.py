@@ -335,6 +335,10 @@ def _in_form(kwargs: dict[str, Any], form: str | None, device: str) -> dict[str,
     callers pass them: ``scale=2`` an int, a numpy.float64 or numpy.float32 read from a config, a 0-d tensor,
     ``is_causal`` a numpy.bool_ or 1. The value is the same (an int only where it is integral, a float32 only
     where it is exact); an argument the call does not pass, or a value the form cannot hold, stays as it is."""
+    if form is not None and "+" in form:  # several arguments at once ("scale:numpy.float64+dropout_p:...")
+        for one in form.split("+"):
+            kwargs = _in_form(kwargs, one, device)
+        return kwargs
     arg, _, kind = (form or "").partition(":")
     value = kwargs.get(arg)
     if value is None or (arg == "scale" and not isinstance(value, float)):

@@ -227,9 +227,25 @@ def _saved_copies():
     return torch.autograd.graph.saved_tensors_hooks(pack, unpack)
 
 
+def _parts(name: str | None) -> tuple[str, ...]:
+    """The switches of a context name: one, or several joined by "+" (set in that order)."""
+    return tuple(name.split("+")) if name else ()
+
+
+@contextlib.contextmanager
+def _stacked(managers: list[Any]) -> Iterator[None]:
+    with contextlib.ExitStack() as stack:
+        for m in managers:
+            stack.enter_context(m)
+        yield
+
+
 def around(name: str | None) -> Any:
     """The context manager of ``name`` for the whole call (forward and backward); autocast, checkpointing and
-    the thread are applied by :func:`wrap` and :func:`run` instead."""
+    the thread are applied by :func:`wrap` and :func:`run` instead. Joined switches ("a+b") nest, a outside."""
+    parts = _parts(name)
+    if len(parts) > 1:
+        return _stacked([around(p) for p in parts])
     if name is None:
         return contextlib.nullcontext()
     kind, _, what = name.partition(":")
@@ -255,7 +271,13 @@ def wrap(name: str | None, call: Callable[[Any], torch.Tensor], dtype: torch.dty
     """The kernel's forward call as the context makes it: inside autocast, its output converted back to the
     case's dtype (autocast's output dtype, bfloat16 for float32 inputs, is the framework's rule, not the
     kernel's answer: the caller's code converts it as the suite does here); inside activation checkpointing
-    (non-reentrant, as torch recommends), so that the backward runs the forward again."""
+    (non-reentrant, as torch recommends), so that the backward runs the forward again. Joined switches ("a+b")
+    wrap in turn, a outermost."""
+    parts = _parts(name)
+    if len(parts) > 1:
+        for part in reversed(parts):
+            call = wrap(part, call, dtype)
+        return call
     kind, _, what = (name or "").partition(":")
     if kind == "autocast":
         device, _, dt = what.partition(":")
@@ -275,7 +297,7 @@ def wrap(name: str | None, call: Callable[[Any], torch.Tensor], dtype: torch.dty
 
 def run(name: str | None, body: Callable[[], Any]) -> Any:
     """``body()`` on this thread, or, under ``thread``, on a new thread (joined; its exception re-raised here)."""
-    if name != "thread":
+    if "thread" not in _parts(name):
         return body()
     box: dict[str, Any] = {}
 
@@ -295,11 +317,10 @@ def run(name: str | None, body: Callable[[], Any]) -> Any:
 
 def refusal(name: str | None, exc: BaseException) -> str | None:
     """torch's own reason when ``exc`` is torch refusing the call under context ``name`` (None otherwise)."""
-    if name is None:
+    patterns = [_REFUSALS[k] for k in (p.partition(":")[0] for p in _parts(name)) if k in _REFUSALS]
+    if not patterns:
         return None
-    pattern = _REFUSALS.get(name.partition(":")[0])
-    if pattern is None:
-        return None
+    pattern = re.compile("|".join(p.pattern for p in patterns))
     for e in (exc, exc.__cause__, exc.__context__):
         if e is not None and pattern.search(str(e)):
             return f"torch refused the call under {name}: {str(e).strip().splitlines()[0][:300]}"

@@ -30,10 +30,10 @@ from typing import Any
 import numpy as np
 
 from conformance.clauses.test_gradients import cotangent
-from conformance.contract import LOW_PRECISION, SCALAR_FORMS, Case, ContextRefused, Declaration, Presentation, np_dtype
+from conformance.contract import SCALAR_FORMS, Case, ContextRefused, Presentation
 from conformance.harness.calls.guarded import GuardedAdapter
 from conformance.harness.cases.build import random_case, random_mask
-from conformance.harness.judge import compare, rejection
+from conformance.harness.judge import compare, rejection, switches
 from conformance.harness.spec.clause import Source, clause
 from conformance.harness.spec.report import AdapterError, ClauseViolation
 
@@ -49,52 +49,11 @@ BACKENDS = Source(
 QKV = Source("000", "§8 最小 PyTorch 实现", "要求 Q、K、V 是同设备、同 dtype 的有限浮点张量，batch 和 head 数一致")
 SCALE = Source("000", "§2 从单个 Query 到公式", "第二步，除以 $\\sqrt{d_k}$ 并做 softmax")
 
-# The precision a switch asks for a float32 case (torch.set_float32_matmul_precision's documentation: "high"
-# TF32 or bfloat16 x 3, "medium" bfloat16; autocast: its dtype): judged as that formulation.
-_MATMUL_PRECISION = {"high": "tf32", "medium": "bfloat16"}
-_LOWER = ("products", "sums")  # the formulations of a 16-bit computation a switch allows (conformance.contract)
-
-
-class _Answered:
-    """An answer the kernel gave, judged as the answer to ``case`` under ``declaration`` by the comparisons of
-    harness.judge.compare (which ask an adapter for it)."""
-
-    def __init__(self, answer: Any, declaration: Declaration) -> None:
-        self._answer = answer
-        self.declaration = declaration
-
-    def forward(self, case: Case) -> np.ndarray:
-        return self._answer
-
-    def vjp(self, case: Case, grad_out: np.ndarray) -> tuple:
-        return self._answer
-
-
-def _in_dtype(case: Case, g: np.ndarray | None, dtype: str) -> tuple[Case, np.ndarray | None]:
-    """``case`` as autocast hands it to the kernel: Q, K, V and M rounded to ``dtype`` (and the cotangent, which
-    reaches the kernel's output in its dtype), the question then a case of that dtype."""
-    low = np_dtype(dtype)
-    changes: dict[str, Any] = {n: getattr(case, n).astype(low) for n in ("query", "key", "value")}
-    if case.bias is not None:
-        changes["bias"] = np.asarray(case.bias).astype(low).astype(np.float64)
-    return case.replace(**changes), None if g is None else g.astype(low)
-
 
 def _judge(impl: GuardedAdapter, context: str, case: Case, g: np.ndarray | None = None) -> None:
     """The kernel's answer to ``case`` under ``context`` (called once), right under one of the readings the switch
-    allows (:func:`_readings`): a switch permits a lower precision, it does not oblige the kernel to use it."""
-    answer = impl.forward(case) if g is None else impl.vjp(case, g)
-    readings = _readings(impl.declaration, context, case, g)
-    for i, (decl, judged, judged_g) in enumerate(readings):
-        try:
-            if g is None:
-                compare.assert_output_matches(_Answered(answer, decl), judged)
-            else:
-                compare.assert_vjp_matches(_Answered(answer, decl), judged, judged_g)
-            return
-        except ClauseViolation:
-            if i == len(readings) - 1:
-                raise
+    allows (harness.judge.switches)."""
+    switches.assert_matches(impl, case, g)
 
 
 def _contexts(impl: GuardedAdapter) -> tuple[str, ...]:
@@ -105,41 +64,6 @@ def _contexts(impl: GuardedAdapter) -> tuple[str, ...]:
     if not names:
         impl.not_applicable("the adapter names no caller's context it can apply (contexts())")
     return names
-
-
-def _applies(context: str, dtype: str) -> bool:
-    """Autocast to a 16-bit dtype casts a 16-bit case of the other one to it: another question than the case's."""
-    kind, _, what = context.partition(":")
-    return kind != "autocast" or dtype in ("float32", "float64", what.rpartition(":")[2])
-
-
-def _readings(
-    decl: Declaration, context: str, case: Case, g: np.ndarray | None
-) -> list[tuple[Declaration, Case, np.ndarray | None]]:
-    """(declaration, case, cotangent) an answer under ``context`` may be judged as: the case itself at its own
-    precision first; for a float32 case under a lower matmul precision, the case computed with operands in TF32 /
-    bfloat16 (``float32_computed_as``); under autocast, the case in autocast's dtype (what torch hands the kernel)."""
-    kind, _, what = context.partition(":")
-    out = [(decl, case, g)]
-    if kind == "matmul_precision" and what in _MATMUL_PRECISION and case.dtype == "float32":
-        out.append((decl.replace(float32_computed_as=_MATMUL_PRECISION[what]), case, g))
-    elif kind == "flag" and what.endswith("=True") and "tf32" in what and case.dtype == "float32":
-        out.append((decl.replace(float32_computed_as="tf32"), case, g))  # a flag allowing TF32 products
-    elif kind == "flag" and what.endswith("=True") and "reduction" in what and case.dtype in LOW_PRECISION:
-        # a flag allowing reductions in float16 / bfloat16 (torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp)
-        out += [(decl.replace(**{f"{case.dtype}_computed_as": f"{case.dtype}-{how}"}), case, g) for how in _LOWER]
-    elif kind == "autocast":
-        # autocast runs a matmul in its dtype whatever the kernel upcast to (000 §8's kernel switches it off
-        # around its products for that reason): the products rounded to it, or their sums accumulated there, as
-        # "<dtype>-products" and "<dtype>-sums" declare
-        low = what.rpartition(":")[2]
-        lowered = [decl.replace(**{f"{low}_computed_as": f"{low}-{how}"}) for how in _LOWER]
-        if case.dtype == "float32":
-            low_case, low_g = _in_dtype(case, g, low)
-            out += [(d, low_case, low_g) for d in (decl, *lowered)]
-        elif case.dtype == low:
-            out += [(d, case, g) for d in lowered]
-    return out
 
 
 def _bases(impl: GuardedAdapter, dtype: str, seed: int) -> tuple[list[Case], Case]:
@@ -189,7 +113,7 @@ def test_switches(impl, dtype):
     g = cotangent(back, 4301) if grad else None
     ran = 0
     for context in names:
-        if not _applies(context, dtype):
+        if not switches.applies(context, dtype):
             continue
         try:
             for plain in bases:

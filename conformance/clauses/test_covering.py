@@ -26,7 +26,7 @@ import itertools
 
 import numpy as np
 
-from conformance.contract import Case
+from conformance.contract import Case, ContextRefused
 from conformance.harness.calls.guarded import GuardedAdapter
 from conformance.harness.covering import array as covering
 from conformance.harness.covering.admission import row_reasons
@@ -34,11 +34,11 @@ from conformance.harness.covering.admission import twin as twin_of
 from conformance.harness.covering.build import build_planned, build_twin
 from conformance.harness.covering.table import PARAMETERS, Call, memory_form
 from conformance.harness.covering.tuples import name, observable_in, tuples_of
-from conformance.harness.judge import compare, dropout_replay
+from conformance.harness.judge import compare, dropout_replay, rejection, switches
 from conformance.harness.records.coverage_tables import hidden_of
 from conformance.harness.run import pair_coverage
 from conformance.harness.spec.clause import Source, clause
-from conformance.harness.spec.report import ClauseViolation
+from conformance.harness.spec.report import AdapterError, ClauseViolation
 
 FORMULA = Source(
     "000",
@@ -97,11 +97,49 @@ def _rows(impl: GuardedAdapter, direction: str) -> list[int]:
 
 
 def _judge(impl: GuardedAdapter, case: Case, grad_out: np.ndarray | None, direction: str) -> None:
+    """The row's case through the error model; under a caller's switch (the row names its kinds), with a member of
+    each the adapter applies, at the precision the switch allows (harness.judge.switches). A call the framework
+    refuses under every member tried, or a scalar type refused in a declared error class, is recorded as the
+    clause's refusal (never a failure): the row's pairs are then not reached, and the coverage summary says so."""
+    pres = case.presentation
+    if pres is None or (pres.context is None and pres.scalars is None):
+        _judge_one(impl, case, grad_out, direction)
+        return
+    refused = []
+    for applied in switches.members(impl, case, case.seed or 0):
+        try:
+            _judge_one(impl, applied, grad_out, direction)
+            return
+        except ContextRefused as exc:
+            refused.append(str(exc))
+        except AdapterError as exc:
+            if (
+                pres.scalars is None
+                or exc.__cause__ is None
+                or not rejection.documented(exc.__cause__, impl.declaration)
+            ):
+                raise
+            refused.append(f"refused {pres.describe()}: {exc.__cause__}")
+            break
+    impl.rejected.append(
+        f"{case.label}: not applicable under {pres.describe()}: {refused[0] if refused else 'no member offered'}"
+    )
+
+
+def _judge_one(impl: GuardedAdapter, case: Case, grad_out: np.ndarray | None, direction: str) -> None:
     dropout = case.dropout_p > 0
-    if direction == "forward":
-        (dropout_replay if dropout else compare).assert_output_matches(impl, case)
+    switched = case.presentation is not None and case.presentation.context is not None
+    if dropout:
+        if direction == "forward":
+            dropout_replay.assert_output_matches(impl, case)
+        else:
+            dropout_replay.assert_vjp_matches(impl, case, grad_out)
+    elif switched:
+        switches.assert_matches(impl, case, None if direction == "forward" else grad_out)
+    elif direction == "forward":
+        compare.assert_output_matches(impl, case)
     else:
-        (dropout_replay if dropout else compare).assert_vjp_matches(impl, case, grad_out)
+        compare.assert_vjp_matches(impl, case, grad_out)
 
 
 def _run(impl: GuardedAdapter, i: int, row: dict[str, str], direction: str) -> None:
@@ -116,7 +154,7 @@ def _run_row(impl: GuardedAdapter, row: dict[str, str], seed: int, picks: dict |
     fails is reported, but where the kernel returned its answer the row still runs after it: a row that
     passes then shows its pairs (a twin met by a known cause must not hide them); one that fails too
     credits nothing."""
-    if row["call"] == "again":
+    if row["call"] == "again" and twin_of(impl.declaration, row, _t()) is not None:
         twin, twin_grad = build_twin(row, impl.declaration, seed, picks, _t())
         impl.require(twin)
         before = impl.cases_run

@@ -29,6 +29,9 @@ from conformance.harness.covering import hiding
 from conformance.harness.covering.draws import BUDGET as ROW_BUDGET
 from conformance.harness.covering.draws import DROPOUT_BUDGET, SCORES, smallest
 from conformance.harness.covering.table import (
+    ARGUMENT_MEMORY,
+    AS_BUILT,
+    AS_LAYOUT,
     BY_DIRECTION,
     BY_NAME,
     CONSTRAINTS,
@@ -158,6 +161,12 @@ def presentation_reasons(decl: Declaration, r: dict[str, str]) -> list[str]:
         need.add("default_dtype")
     if r["backward calls"] != "once":
         need.add("backward")
+    if r["switch"] != "none" or r["second switch"] != "none":
+        need.add("context")
+    if r["scalar types"] != "Python float":
+        need.add("scalars")
+    if any(r[p] not in (AS_LAYOUT, AS_BUILT) for p in ARGUMENT_MEMORY):
+        need.add("memory")
     missing = sorted(need - decl.presents)
     reasons = []
     if missing:

@@ -28,9 +28,13 @@ from conformance.harness.covering.table import (
     EXPANDED_MASK,
     LEADING_TILE,
     MIXED,
+    OFF_BOUNDARY,
     OFFSET,
     ONE_OBJECT,
     PARAMETERS,
+    PITCHED,
+    SCALAR_TYPES,
+    SWITCHES,
     TILE,
 )
 
@@ -39,11 +43,16 @@ def presentation(r: dict[str, str]) -> Presentation | None:
     """The row's :class:`Presentation` (None where every attribute is as the direction asks)."""
     asked = next((frozenset(k) for k, v in ASKING.items() if v == r["requires grad"]), None)
     mode = {"forward under grad": "grad", "forward under inference mode": "inference"}.get(r["context"], "no_grad")
+    switches = [SWITCHES[r[p]] for p in ("switch", "second switch") if SWITCHES[r[p]] is not None]
     pres = Presentation(
         requires_grad=asked,
         grad_mode=mode,
         backward="twice" if r["backward calls"] != "once" else "once",
         default_dtype="float64" if r.get("default dtype") == "float64" else None,
+        # the kinds only: the covering clause applies a member of each that the adapter offers
+        # (harness.calls.switches.resolve)
+        context="+".join(switches) or None,
+        scalars=SCALAR_TYPES[r["scalar types"]],
     )
     return None if pres == Presentation() else pres
 
@@ -192,6 +201,32 @@ def cotangent(form: str, g: np.ndarray) -> np.ndarray:
     return g
 
 
+def _own_memory(form: str, x: np.ndarray, seed: int) -> np.ndarray:
+    """``x`` in an argument's own memory ``form`` (table.KV_MEMORY, table.MASK_MEMORY)."""
+    if form == OFF_BOUNDARY:  # 1 to 3 elements past a 64-byte boundary (the seed picks)
+        return at_alignment(x, (1 + seed % 3) * x.itemsize)
+    if form == OFFSET:
+        return offset_view(x)
+    if form == PITCHED:  # a per-row mask sliced from one 5 keys wider
+        wider = np.zeros(x.shape[:-1] + (x.shape[-1] + 5,), dtype=x.dtype)
+        view = wider[..., : x.shape[-1]]
+        view[...] = x
+        return view
+    return x
+
+
+def _scalar_value(r: dict[str, str], scale: float | None) -> float | None:
+    """The scale a row's scalar types can carry: integral for "scale an int" (sign kept: 2, -1, 0), exact in
+    float32 for "scale a NumPy float32"."""
+    if scale is None:
+        return None
+    if r["scalar types"] == "scale an int":
+        return float(np.sign(scale) * max(1, round(abs(scale)))) if scale else 0.0
+    if r["scalar types"] == "scale a NumPy float32":
+        return float(np.float32(scale))
+    return scale
+
+
 def _identify(r: dict[str, str], q: np.ndarray, k: np.ndarray, v: np.ndarray):
     """Q, K, V with the row's identity: one array object given for the arguments it names."""
     kind = r["identity"]
@@ -227,10 +262,14 @@ def _build(r: dict[str, str], decl: Declaration, seed: int, c: Concrete, label: 
     content = mask = None
     if form != "none":
         drawn, held = _mask_shapes(form, B, Hq, T, S)
-        content = _mask_content(r, drawn, c, seed)
+        content = _own_memory(r["mask memory"], _mask_content(r, drawn, c, seed), seed)
         mask = np.broadcast_to(content, held) if held != drawn else content
     bias = None if r["additive M"] == "none" else _bias(r, (B, Hq, T, S), c, seed)
-    q, k, v = _identify(r, *_layout(r, q, k, v))
+    q, k, v = _layout(r, q, k, v)
+    q, k, v = (
+        _own_memory(r[f"{n} memory"], x, seed + i) for i, (n, x) in enumerate(zip(("query", "key", "value"), (q, k, v)))
+    )
+    q, k, v = _identify(r, q, k, v)
     case = Case(
         q,
         k,
@@ -238,7 +277,7 @@ def _build(r: dict[str, str], decl: Declaration, seed: int, c: Concrete, label: 
         mask=mask,
         bias=bias,
         is_causal=r["causal"] == "on",
-        scale=c.scale,
+        scale=_scalar_value(r, c.scale),
         dropout_p=c.dropout_p,
         seed=seed,
         label=label,

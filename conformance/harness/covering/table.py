@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from conformance.contract import DTYPES, Case
+from conformance.contract import DTYPES, Case, joined
 
 TILE = 32  # the tile of "past a tile": T and S tails (harness.cases.space.TAIL_LENGTHS: 33 is 32 + 1)
 LONG = 300  # "long" keys: past the 256 keys where split-KV kernels start to split
@@ -136,7 +136,8 @@ def memory_form(a) -> str:
     if _expanded_axes(a):
         return "expanded"
     root = _root(a)
-    if root is not a and a.size and a.__array_interface__["data"][0] != root.__array_interface__["data"][0]:
+    own = root.dtype == np.uint8 and root.ndim == 1 and a.dtype != np.uint8  # at_alignment's raw byte buffer
+    if root is not a and a.size and not own and a.__array_interface__["data"][0] != root.__array_interface__["data"][0]:
         return OFFSET
     if not a.flags.c_contiguous:
         return "transposed view"
@@ -151,10 +152,14 @@ def _layout(case: Case) -> str:
     roots = {id(_root(a)) for a in arrays}
     if distinct and len(roots) == 1 and all(a.base is not None for a in arrays):
         return "sliced from a packed QKV"
-    forms = {memory_form(a) for a in arrays}
-    if OFFSET in forms:  # the mixed layout's value is offset beside a contiguous query
-        return OFFSET if forms == {OFFSET} else MIXED
-    return "transposed view" if "transposed view" in forms else "contiguous"
+    forms = [memory_form(a) for a in arrays]
+    if forms == ["contiguous", "transposed view", OFFSET]:
+        return MIXED
+    if forms == [OFFSET] * 3:
+        return OFFSET
+    if "transposed view" in forms:
+        return "transposed view"
+    return "contiguous"  # each argument as its own memory parameter says (key memory, ...)
 
 
 def _identity(case: Case) -> str:
@@ -181,6 +186,46 @@ def _context(case: Case, how: Call) -> str:
     if pres is None or how.direction == "backward" or pres.grad_mode == "no_grad":
         return BY_DIRECTION
     return {"grad": "forward under grad", "inference": "forward under inference mode"}[pres.grad_mode]
+
+
+def _switch(case: Case, part: int) -> str | None:
+    """The kind of the ``part``-th switch of the case's context (Presentation.context), or None."""
+    pres = case.presentation
+    parts = joined(pres.context) if pres is not None else ()
+    return parts[part].partition(":")[0] if part < len(parts) else None
+
+
+def _scalar_types(case: Case) -> str:
+    pres = case.presentation
+    form = pres.scalars if pres is not None else None
+    name = next((n for n, f in SCALAR_TYPES.items() if f == form), "other")
+    if name == "scale an int" and not (case.scale is not None and float(case.scale).is_integer()):
+        return "other"  # an int only where the value is integral
+    if name == "scale a NumPy float32" and not (case.scale is not None and float(np.float32(case.scale)) == case.scale):
+        return "other"
+    return name
+
+
+def _off_boundary(a) -> bool:
+    if a is None:
+        return False
+    a = np.asarray(a)
+    return a.size > 0 and a.ctypes.data % 64 != 0
+
+
+def _arg_memory(name: str, form: str) -> Callable[[Case, Call], bool]:
+    def holds(c: Case, d: Call) -> bool:
+        a = getattr(c, name)
+        if form in (AS_LAYOUT, AS_BUILT):
+            return True  # the default names no form of its own: the joint layout (or the mask's form) decides
+        if form == OFF_BOUNDARY:
+            return _off_boundary(a) and memory_form(a) in ("contiguous", "expanded")
+        if form == PITCHED:
+            m = None if a is None else np.asarray(a)
+            return m is not None and m.ndim >= 2 and m.shape[-2] > 1 and m.strides[-2] not in (0, m.shape[-1])
+        return a is not None and memory_form(a) == form
+
+    return holds
 
 
 def _default_dtype(case: Case) -> str:
@@ -228,6 +273,46 @@ CONTEXTS = (BY_DIRECTION, "forward under grad", "forward under inference mode")
 # from the context, so that inference mode meets it too)
 DEFAULT_DTYPES = ("float32", "float64")
 COTANGENTS = ("contiguous", "transposed view", "expanded", OFFSET)
+# Each argument's own memory, beside the joint layout: a kernel that reads one argument at the wrong address or
+# pitch is wrong only where that argument, and not the others, arrives so. "off a 64-byte boundary" is a
+# contiguous array 1 to 3 elements past a 64-byte boundary (SIMD and GEMM blocking chosen by address); the
+# mask "rows not S apart" is a per-row mask sliced from a wider one (row pitch S + 5, as a slice of a longer
+# padding mask gives).
+AS_LAYOUT = "as the layout says"
+AS_BUILT = "as its form says"
+OFF_BOUNDARY = "off a 64-byte boundary"
+PITCHED = "rows not S apart"
+QUERY_MEMORY = (AS_LAYOUT, OFF_BOUNDARY)
+KV_MEMORY = (AS_LAYOUT, OFF_BOUNDARY, OFFSET)
+MASK_MEMORY = (AS_BUILT, PITCHED, OFF_BOUNDARY)
+ARGUMENT_MEMORY = ("query memory", "key memory", "value memory", "mask memory")
+# The switches a caller of the framework sets around the call (Presentation.context), as classes of the kinds
+# of contract.CONTEXT_KINDS: a row names the kind, and the covering clause applies a member the adapter offers
+# (``contexts()``: every flag of torch.backends, each SDP backend, ...) that the row's seed picks. Two switches
+# at once: "switch" then "second switch".
+SWITCHES: dict[str, str | None] = {
+    "none": None,
+    "a backend flag flipped": "flag",
+    "an SDP backend forced": "sdp_backend",
+    "deterministic algorithms": "deterministic",
+    "float32 matmul precision lowered": "matmul_precision",
+    "autocast": "autocast",
+    "anomaly detection": "anomaly",
+    "subnormals flushed": "flush_denormal",
+    "saved-tensor hooks": "saved_tensors_hooks",
+    "activation checkpointing": "checkpoint",
+    "another thread": "thread",
+}
+LOWER_PRECISION_SWITCHES = ("float32 matmul precision lowered", "autocast")
+# Scalar arguments in the Python types callers pass (Presentation.scalars); the flags' forms (is_causal=1) are
+# ARGS-SCALAR-TYPES-01's, where a refusal in a declared error class is an answer.
+SCALAR_TYPES: dict[str, str | None] = {
+    "Python float": None,
+    "scale an int": "scale:int",
+    "NumPy float64": "scale:numpy.float64+dropout_p:numpy.float64",
+    "scale a NumPy float32": "scale:numpy.float32",
+    "scale a 0-d tensor": "scale:tensor",
+}
 SHAPE_PARAMETERS = ("B", "heads", "S", "T", "Dk", "Dv")  # what a per-shape cache keys on (the Q, K, V shapes)
 NON_SHAPE_PARAMETERS = (
     "dtype",
@@ -245,7 +330,18 @@ NON_SHAPE_PARAMETERS = (
 )
 # The parameters of how a case reaches the kernel besides its values (the presentation, docs/case-space.md),
 # and the Declaration.presents attribute each value other than the first needs.
-PRESENTATION_PARAMETERS = ("identity", "requires grad", "context", "default dtype", "backward calls", "cotangent")
+PRESENTATION_PARAMETERS = (
+    "identity",
+    "requires grad",
+    "context",
+    "default dtype",
+    "backward calls",
+    "cotangent",
+    "switch",
+    "second switch",
+    "scalar types",
+    *ARGUMENT_MEMORY,
+)
 
 PARAMETERS: tuple[Parameter, ...] = (
     Parameter("dtype", tuple(_v(d, _is(lambda c: c.dtype, d)) for d in DTYPES)),
@@ -347,6 +443,13 @@ PARAMETERS: tuple[Parameter, ...] = (
         ),
     ),
     Parameter("cotangent", tuple(_v(n, lambda c, d, n=n: d.cotangent == n) for n in COTANGENTS)),
+    Parameter("switch", tuple(_v(n, lambda c, d, k=k: _switch(c, 0) == k) for n, k in SWITCHES.items())),
+    Parameter("second switch", tuple(_v(n, lambda c, d, k=k: _switch(c, 1) == k) for n, k in SWITCHES.items())),
+    Parameter("scalar types", tuple(_v(n, lambda c, d, n=n: _scalar_types(c) == n) for n in SCALAR_TYPES)),
+    Parameter("query memory", tuple(_v(n, _arg_memory("query", n)) for n in QUERY_MEMORY)),
+    Parameter("key memory", tuple(_v(n, _arg_memory("key", n)) for n in KV_MEMORY)),
+    Parameter("value memory", tuple(_v(n, _arg_memory("value", n)) for n in KV_MEMORY)),
+    Parameter("mask memory", tuple(_v(n, _arg_memory("mask", n)) for n in MASK_MEMORY)),
 )
 BY_NAME: dict[str, Parameter] = {p.name: p for p in PARAMETERS}
 DEFAULTS: dict[str, str] = {p.name: p.default for p in PARAMETERS}
@@ -448,6 +551,45 @@ CONSTRAINTS: tuple[Constraint, ...] = (
     ),
     Constraint(
         ("cotangent", "direction"), lambda c, d: d == "forward" and c != "contiguous", "a cotangent needs a backward"
+    ),
+    Constraint(
+        ("switch", "second switch"),
+        lambda a, b: b != "none" and a in ("none", b),
+        "a second switch needs a first, and one switch set twice is one switch",
+    ),
+    Constraint(
+        ("switch", "dropout"),
+        lambda a, d: d == "on" and a in LOWER_PRECISION_SWITCHES,
+        "dropout is judged through its replayed mask at the case's own precision, not a lowered one",
+    ),
+    Constraint(
+        ("second switch", "dropout"),
+        lambda a, d: d == "on" and a in LOWER_PRECISION_SWITCHES,
+        "dropout is judged through its replayed mask at the case's own precision, not a lowered one",
+    ),
+    Constraint(
+        ("scalar types", "scale"),
+        lambda s, c: s != "Python float" and c == "default",
+        "a scalar's Python type needs the scale given",
+    ),
+    *(
+        Constraint(
+            (joint, own),
+            lambda j, m, joint=joint: m != AS_LAYOUT and j != ("contiguous" if joint == "layout" else "distinct"),
+            "an argument's own memory form needs the three arguments distinct and the joint layout contiguous",
+        )
+        for joint in ("layout", "identity")
+        for own in ("query memory", "key memory", "value memory")
+    ),
+    Constraint(
+        ("mask form", "mask memory"),
+        lambda f, m: m != AS_BUILT and f == "none",
+        "a mask's memory needs a boolean mask",
+    ),
+    Constraint(
+        ("T", "mask form", "mask memory"),
+        lambda t, f, m: m == PITCHED and (t == "1" or f not in _T_AXIS_FORMS),
+        "a row pitch needs a mask with more than one row (a T axis, T > 1)",
     ),
     Constraint(
         ("T", "cotangent"),
