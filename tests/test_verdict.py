@@ -39,6 +39,22 @@ def test_every_planned_case_passed_or_declared_away_conforms():
     assert v.headline().startswith("CONFORMS: 1/2 clauses passed, 1 not applicable by declaration; 3 cases run")
 
 
+def test_a_refused_transform_is_a_measured_capability_apart_from_declarations():
+    refusal = "the kernel refuses forward-mode AD (NotImplementedError: no rule): a measured capability, listed ..."
+    v = V.decide(
+        [
+            _r("A-01", "float32", V.PASSED, cases_run=3),
+            _r("A-01", "float16", V.PASSED, cases_run=1),
+            _r("B-02", None, V.NOT_APPLICABLE, reason=refusal),
+            _r("LONG-03", "float32", V.NOT_APPLICABLE, reason="declares grad=False"),
+        ],
+        PLAN,
+    )
+    assert v.word == V.CONFORMS and list(v.clauses_refused) == ["B-02"] and list(v.clauses_na) == ["LONG-03"]
+    assert "1 refused by the kernel (measured capabilities), 1 not applicable by declaration" in v.headline()
+    assert any(line.startswith("refused by the kernel (a measured capability): B-02") for line in v.details())
+
+
 def test_a_missing_dtype_or_clause_is_partial_never_conforms():
     rows = [_r("A-01", "float32", V.PASSED), _r("B-02", None, V.PASSED)]
     v = V.decide(rows, PLAN)

@@ -17,6 +17,7 @@ caller's own thread, is ``harness.calls.call_timeout``'s.
 from __future__ import annotations
 
 import hashlib
+import re
 import threading
 from collections import Counter, deque
 from collections.abc import Callable
@@ -42,7 +43,7 @@ from conformance.harness.calls.programs import ProgramLog
 from conformance.harness.cases import cells as space_cells
 from conformance.harness.cases import features as causes_features
 from conformance.harness.cases.admitted import admitted
-from conformance.harness.spec.report import AdapterError, ClauseViolation
+from conformance.harness.spec.report import MEASURED_CAPABILITY, AdapterError, ClauseViolation
 
 DEFAULT_TIMEOUT = DEFAULT_CALL_TIMEOUT  # one default for the option and for direct use
 HELD_BYTES = 1 << 20  # results up to this size are held and checked after later calls (GuardedAdapter.hold)
@@ -428,7 +429,7 @@ class GuardedAdapter:
             out.append(db)
         return tuple(out)  # type: ignore[return-value]
 
-    # -- transforms (conformance/contract.py: ``transforms``, ``jvp``, ``vjp_vjp``, ``vmap_forward``) --------
+    # -- transforms (conformance/contract.py: ``transforms``, ``jvp``, ``vjp_vjp``, ``vmap_forward``, ``fake_forward``)
     def _transform(self, kind: str, case: Case, call: Callable[[], Any], extra_inputs: tuple = ()) -> Any:
         """Ask the kernel for transform ``kind`` on ``case``: not applicable when the adapter does not offer it;
         a refusal (:data:`TRANSFORM_REFUSALS`) is recorded in ``transforms_seen`` (the run's transforms line,
@@ -462,7 +463,7 @@ class GuardedAdapter:
                      "detail": detail})  # fmt: skip
         if refused:
             self.not_applicable(
-                f"the kernel refuses {TRANSFORM_WORDS[kind]} ({detail}): a measured capability, listed on the "
+                f"the kernel refuses {TRANSFORM_WORDS[kind]} ({detail}): {MEASURED_CAPABILITY}, listed on the "
                 "run's transforms line"
             )
         return res, inputs
@@ -499,19 +500,49 @@ class GuardedAdapter:
         res, inputs = self._transform("vmap", cases[0], lambda: self.adapter.vmap_forward(cases), extra)
         return self._check_array(res, "vmapped output", (len(cases), *cases[0].out_shape), cases[0], inputs)
 
+    def fake_forward(self, case: Case) -> tuple[tuple[int, ...], str]:
+        """(shape, dtype name) of the kernel's forward on fake tensors (shape, dtype and device, no data). Only
+        the answer's form is checked here; whether it is the case's is the clause's to judge."""
+        res, _ = self._transform("fake", case, lambda: self.adapter.fake_forward(case))
+        shape, dtype = res if isinstance(res, tuple) and len(res) == 2 else (None, None)
+        if not (isinstance(shape, tuple) and all(isinstance(n, int) for n in shape) and isinstance(dtype, str)):
+            raise AdapterError(f"{self.name}.fake_forward returned {res!r}, not (shape tuple, dtype name)", case)
+        return shape, dtype
+
 
 # The transforms' adapter methods and words (conformance/contract.py: TRANSFORMS).
-TRANSFORM_METHODS = {"jvp": "jvp", "vjp_vjp": "vjp_vjp", "vmap": "vmap_forward"}
-TRANSFORM_WORDS = {"jvp": "forward-mode AD", "vjp_vjp": "a double backward", "vmap": "vmap"}
-# What a framework raises for a transform it has no rule for (torch: NotImplementedError "Trying to use forward
-# AD with ... that does not support it", RuntimeError "derivative for ... is not implemented"; jax: TypeError
-# "can't apply forward-mode autodiff (jvp) to a custom_vjp function"), and the contract's NotApplicable.
-TRANSFORM_REFUSALS = frozenset({"NotImplementedError", "RuntimeError", "TypeError", "NotApplicable"})
+TRANSFORM_METHODS = {"jvp": "jvp", "vjp_vjp": "vjp_vjp", "vmap": "vmap_forward", "fake": "fake_forward"}
+TRANSFORM_WORDS = {
+    "jvp": "forward-mode AD",
+    "vjp_vjp": "a double backward",
+    "vmap": "vmap",
+    "fake": "fake tensors (shape, dtype and device without data, as torch.compile traces a call)",
+}
+# What a framework raises for a transform it has no rule for: an exception of a class that says so
+# (NotImplementedError, the contract's NotApplicable), or a RuntimeError / TypeError / ValueError in the
+# framework's own words for a missing rule (torch: "derivative for aten::... is not implemented", "Batching rule
+# not implemented", "vmap: ... not supported"; jax: "can't apply forward-mode autodiff (jvp) to a custom_vjp
+# function", "Differentiation rule for '...' not implemented", "Batching rule for '...' not implemented";
+# a trace that meets data-dependent code: "data-dependent", "Cannot access data pointer"). Any other exception
+# under a transform is a kernel that broke there: it fails the clause, as every call does.
+TRANSFORM_REFUSALS = frozenset({"NotImplementedError", "NotApplicable"})
+TRANSFORM_REFUSAL_CLASSES = frozenset({"RuntimeError", "TypeError", "ValueError"})
+TRANSFORM_REFUSAL_WORDS = re.compile(
+    r"not implemented|not supported|does not support|doesn't support|no (batching|differentiation) rule"
+    r"|can't apply forward-mode|forward-mode autodiff|data-dependent|data dependent|Cannot access data pointer"
+    r"|cannot be called on meta|can't vmap|vmap: ",
+    re.IGNORECASE,
+)
 
 
 def is_transform_refusal(exc: BaseException) -> bool:
-    """True when ``exc`` (by the name of any class of its MRO) says the kernel has no such transform;
-    a :class:`KernelFault` (a wrong answer the adapter saw) never is."""
+    """True when ``exc`` says the kernel has no such transform: by its class (any class of its MRO named in
+    :data:`TRANSFORM_REFUSALS`), or a RuntimeError / TypeError / ValueError whose message is the framework's words
+    for a missing rule (:data:`TRANSFORM_REFUSAL_WORDS`); a :class:`KernelFault` (a wrong answer the adapter saw)
+    never is."""
     if isinstance(exc, KernelFault):
         return False
-    return any(cls.__name__ in TRANSFORM_REFUSALS for cls in type(exc).__mro__)
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if names & TRANSFORM_REFUSALS:
+        return True
+    return bool(names & TRANSFORM_REFUSAL_CLASSES) and bool(TRANSFORM_REFUSAL_WORDS.search(str(exc)))

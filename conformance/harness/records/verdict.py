@@ -38,6 +38,7 @@ from typing import Any
 
 from conformance.harness.records.deviations import grouped
 from conformance.harness.records.reasons import merged
+from conformance.harness.spec.report import MEASURED_CAPABILITY
 
 PASSED = "passed"
 FAILED = "failed"
@@ -117,6 +118,8 @@ class Verdict:
     causes_unseen: list[str] = field(default_factory=list)  # known causes no failure of a partial run showed
     deviations: list[dict] = field(default_factory=list)  # harness.records.deviations.Deviation.as_dict(), declared
     clauses_na: dict[str, str] = field(default_factory=dict)  # clause -> reason (by declaration)
+    # clause -> reason: the kernel refused what the clause asks (a transform it has no rule for), measured
+    clauses_refused: dict[str, str] = field(default_factory=dict)
     clauses_missing: dict[str, str] = field(default_factory=dict)  # clause -> why it is incomplete
     not_in_profile: list[str] = field(default_factory=list)
     cases_run: int = 0
@@ -134,7 +137,7 @@ class Verdict:
 
     def coverage(self) -> str:
         """Clause coverage and case coverage, in one line."""
-        run = sum(map(len, (self.clauses_passed, self.clauses_failed, self.clauses_na)))
+        run = sum(map(len, (self.clauses_passed, self.clauses_failed, self.clauses_na, self.clauses_refused)))
         run += len(self.clauses_expected)
         parts = [f"{len(self.clauses_passed)}/{self.clauses_planned} clauses passed"]
         if self.clauses_failed:
@@ -144,6 +147,8 @@ class Verdict:
         if self.clauses_expected:
             n = len(self.causes_expected)
             parts.append(_plural(len(self.clauses_expected), "expected failure") + f" ({_plural(n, 'known cause')})")
+        if self.clauses_refused:
+            parts.append(f"{len(self.clauses_refused)} refused by the kernel (measured capabilities)")
         if self.clauses_na:
             parts.append(f"{len(self.clauses_na)} not applicable by declaration")
         if self.clauses_missing:
@@ -180,6 +185,9 @@ class Verdict:
             shown = "; ".join(f"{c} ({why})" for c, why in items[:limit])
             more = f"; ... and {len(items) - limit} more" if len(items) > limit else ""
             lines.append(f"not run or incomplete: {shown}{more}")
+        if self.clauses_refused:
+            items = sorted(self.clauses_refused.items())
+            lines.append("refused by the kernel (a measured capability): " + "; ".join(f"{c} ({w})" for c, w in items))
         if self.clauses_na:
             items = sorted(self.clauses_na.items())
             shown = "; ".join(f"{c} ({why})" for c, why in items[:limit])
@@ -270,7 +278,8 @@ def decide(
         elif PASSED in outcomes:
             v.clauses_passed.append(cid)
         else:
-            v.clauses_na[cid] = _clause_reason(rows)
+            why = _clause_reason(rows)
+            (v.clauses_refused if MEASURED_CAPABILITY in why else v.clauses_na)[cid] = why
     _review(v, list(expectations), results)
     ran = (PASSED, FAILED, EXPECTED_FAILURE)
     if v.clauses_failed or v.causes_stale:

@@ -13,6 +13,10 @@ import numpy as np
 
 from conformance.contract import Case
 
+# The words that mark a clause the kernel refused as a measured capability (a transform it has no rule for):
+# the verdict lists such clauses apart from those not applicable by declaration (harness.records.verdict).
+MEASURED_CAPABILITY = "a measured capability"
+
 
 class ClauseViolation(AssertionError):
     """A kernel did not do what a clause requires. ``case`` is the input that shows it.
