@@ -70,9 +70,23 @@ Variants, passed through jax's own arguments and measured against the variant or
   declared ``lse_empty='large-negative'``.
 * no softcap, ALiBi, paged cache or appended keys: not applicable by declaration.
 
+Transforms (conformance/contract.py ``transforms``), as a jax user writes them, jitted like the forward
+and through the same fallback where XLA cannot compile the jitted call:
+
+* ``jvp``: ``jax.jvp`` along the tangents given, Q, K, V and the additive M (jax's ``bias``); the
+  inputs without a tangent are closed over, not given zero tangents. A -inf in M needs no special
+  tangent: jax's softmax JVP multiplies it by the weight 0 (measured: errors at most 0.4 % of the clause's
+  allowance, a 2-D M and a 4-D M alike).
+* ``vjp_vjp``: ``jax.grad`` of <``jax.vjp``'s cotangents, w> with respect to Q, K, V (a gradient
+  penalty).
+* ``vmap``: ``jax.vmap`` over a leading axis of stacked Q, K, V; mask, M and the variants' arguments
+  are shared. The kernel sees each item's 4-D shapes.
+
+jax answers all three for the ``xla`` implementation; ``cudnn`` asks for none (see ``xla`` below).
+
 ``cudnn`` is GPU only and not yet run on a CUDA device.
 
-Longer than 250 lines because each translation step above is needed by the forward, the VJP and
+Longer than 250 lines because each translation step above is needed by the forward, the VJP, the transforms and
 the variants alike, and is written once here.
 """
 
@@ -195,12 +209,46 @@ _vjp = functools.partial(_pullback, _attention)
 _native_vjp = functools.partial(_pullback, _native)
 
 
+def _jvp(q, k, v, bias, mask, window, q_len, kv_len, tangents, *, along: tuple[str, ...], **static: Any):
+    """``jax.jvp`` of the contract-layout call along ``tangents`` (one per name in ``along``, in that order):
+    only the inputs given a tangent are the function's arguments, the others are closed over, as a jax user
+    differentiates along the directions they have. Returns (out, tangent_out)."""
+    given = dict(query=q, key=k, value=v, bias=bias)
+
+    def f(*xs):
+        x = {**given, **dict(zip(along, xs))}
+        return _attention(x["query"], x["key"], x["value"], x["bias"], mask, window, q_len, kv_len, **static)
+
+    return jax.jvp(f, tuple(given[n] for n in along), tuple(tangents))
+
+
+def _vjp_vjp(q, k, v, bias, mask, window, q_len, kv_len, g, w, **static: Any):
+    """The gradient with respect to Q, K, V of <vjp(g), w>: ``jax.grad`` through ``jax.vjp`` (a gradient
+    penalty written in jax), the inner product summed in the inputs' dtype."""
+
+    def penalty(q, k, v):
+        firsts = _pullback(_attention, q, k, v, bias, mask, window, q_len, kv_len, g, **static)
+        return sum(jnp.sum(d * wt) for d, wt in zip(firsts, w))
+
+    return jax.grad(penalty, argnums=(0, 1, 2))(q, k, v)
+
+
+def _vmapped(q, k, v, bias, mask, window, q_len, kv_len, **static: Any):
+    """``jax.vmap`` of the contract-layout call over the leading axis of stacked Q, K, V; the mask, M and the
+    variants' arguments are shared by every item (unbatched), so the kernel sees each item's 4-D shapes."""
+    item = functools.partial(_attention, bias=bias, mask=mask, window=window, q_len=q_len, kv_len=kv_len, **static)
+    return jax.vmap(item)(q, k, v)
+
+
 _STATIC = ("is_causal", "scale", "implementation")
 _attention_jit = jax.jit(_attention, static_argnames=_STATIC)
 _attention_lse_jit = jax.jit(_attention_lse, static_argnames=_STATIC)
 _vjp_jit = jax.jit(_vjp, static_argnames=_STATIC)
 _native_jit = jax.jit(_native, static_argnames=_STATIC)
 _native_vjp_jit = jax.jit(_native_vjp, static_argnames=_STATIC)
+_jvp_jit = jax.jit(_jvp, static_argnames=(*_STATIC, "along"))
+_vjp_vjp_jit = jax.jit(_vjp_vjp, static_argnames=_STATIC)
+_vmapped_jit = jax.jit(_vmapped, static_argnames=_STATIC)
 
 
 def _variant_args(case: Case) -> tuple[Any, Any, Any]:
@@ -225,10 +273,18 @@ def _variant_args(case: Case) -> tuple[Any, Any, Any]:
 class JaxAttention:
     """``jax.nn.dot_product_attention`` with one fixed ``implementation``."""
 
-    def __init__(self, name: str, implementation: str | None, declaration: Declaration) -> None:
+    def __init__(
+        self,
+        name: str,
+        implementation: str | None,
+        declaration: Declaration,
+        transforms: frozenset[str] = frozenset(),
+    ) -> None:
         self.name = name
         self.implementation = implementation
         self.declaration = declaration
+        # The transforms (conformance/contract.py) this adapter asks of jax: only those measured against jax here.
+        self.transforms = transforms
         # The releases its declaration and regression baseline were measured with (constraints.txt pins them);
         # the verdict line names an installed release that differs. cuDNN is not yet run on a CUDA device.
         self.measured_with = {"jax": "0.10.2", "jaxlib": "0.10.2"} if implementation == "xla" else {}
@@ -306,6 +362,47 @@ class JaxAttention:
             g = _to_jax(np.asarray(grad_out).astype(np_dtype(case.dtype)))
             dq, dk, dv = self._run(case, _vjp_jit, _vjp, *arrays, g, **static)
             return _to_numpy(dq), _to_numpy(dk), _to_numpy(dv)
+
+    # -- the transforms (conformance/contract.py: ``transforms``), through jax's own ------------------
+    def jvp(self, case: Case, tangents: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """(out, tangent_out) by ``jax.jvp`` along the tangents given for Q, K, V and the additive M (which
+        reaches jax as its ``bias``, in that argument's dtype and 4-D form); the boolean mask and the variants'
+        arguments carry no tangent. Jitted like the forward, one compilation per shape and set of tangents."""
+        with jax.enable_x64(True), _compile_refusals():
+            (q, k, v, bias, *rest), static = self._args(case)
+            if "bias" in tangents and bias is None:
+                raise ValueError("a tangent for the additive M was given, but the case has no additive M")
+            along = tuple(n for n in ("query", "key", "value", "bias") if n in tangents)
+            dtype = np_dtype(case.dtype)
+            given = []
+            for n in along:
+                if n == "bias":
+                    t = _as_4d(np.asarray(tangents[n], dtype=np.float64)).astype(bias.dtype)
+                else:
+                    t = np.asarray(tangents[n]).astype(dtype)
+                given.append(_to_jax(t))
+            out, tangent = self._run(case, _jvp_jit, _jvp, q, k, v, bias, *rest, tuple(given), along=along, **static)
+            return _to_numpy(out), _to_numpy(tangent)
+
+    def vjp_vjp(self, case: Case, grad_out: np.ndarray, w: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(d2q, d2k, d2v): ``jax.grad`` with respect to Q, K, V of <vjp(grad_out), w>, the VJP by
+        ``jax.vjp`` (a gradient penalty as jax users write one), jitted like the forward."""
+        with jax.enable_x64(True), _compile_refusals():
+            arrays, static = self._args(case)
+            dtype = np_dtype(case.dtype)
+            g = _to_jax(np.asarray(grad_out).astype(dtype))
+            ws = tuple(_to_jax(np.asarray(wt).astype(dtype)) for wt in w)
+            d2 = self._run(case, _vjp_vjp_jit, _vjp_vjp, *arrays, g, ws, **static)
+            return tuple(_to_numpy(d) for d in d2)  # type: ignore[return-value]
+
+    def vmap_forward(self, cases: list[Case]) -> np.ndarray:
+        """``jax.vmap`` of the kernel over a leading axis of the cases' stacked Q, K, V ([N, B, Hq, T, Dv]);
+        the cases differ in nothing else, so the mask, M and the variants' arguments are the first case's."""
+        first = cases[0]
+        with jax.enable_x64(True), _compile_refusals():
+            (_, _, _, *rest), static = self._args(first)
+            qkv = [_to_jax(np.stack([np.asarray(getattr(c, n)) for c in cases])) for n in ("query", "key", "value")]
+            return _to_numpy(self._run(first, _vmapped_jit, _vmapped, *qkv, *rest, **static))
 
     # -- the performance profile's optional half of the contract (conformance/contract.py) -------
     framework = "jax"
@@ -467,7 +564,10 @@ _XLA = Declaration(
     ),
 )
 
-xla = JaxAttention("jax", "xla", _XLA)
+# jax.jvp, a double jax.vjp and jax.vmap of the xla implementation, each measured by the transform clauses
+# (float32, float64) on CPU. The cudnn implementation takes float16 and bfloat16 only, where those clauses do
+# not run, and is not measured on a GPU: it asks for none.
+xla = JaxAttention("jax", "xla", _XLA, transforms=frozenset({"jvp", "vjp_vjp", "vmap"}))
 
 cudnn = JaxAttention(
     "jax-cudnn",
