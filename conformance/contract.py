@@ -32,21 +32,24 @@ release differs, the verdict line says so:
     measured_with: dict[str, str]                                    # e.g. {"keras": "3.15.1"}
 
 Optional, the transforms a framework applies to its own ops (PyTorch's OpInfo gradient tests, jax's
-check_grads, vmap; conformance/clauses/test_transforms.py). An adapter names in ``transforms`` the ones
+check_grads, vmap, fake tensors; conformance/clauses/test_transforms.py). An adapter names in ``transforms`` the ones
 it can ask of its kernel (a subset of :data:`TRANSFORMS`) and has the method of each; an adapter without
 them leaves those clauses not applicable. The kernel may refuse a transform (NotImplementedError,
 RuntimeError, TypeError: "not implemented for forward AD"): a measured capability, listed on the run's
 transforms line, never a failure; a wrong answer under a transform fails its clause:
 
-    transforms: frozenset[str]                                       # e.g. {"jvp", "vjp_vjp", "vmap"}
+    transforms: frozenset[str]                                       # e.g. {"jvp", "vjp_vjp", "vmap", "fake"}
     def jvp(self, case, tangents) -> (out, tangent_out)              # forward-mode AD; tangents: {input: array}
     def vjp_vjp(self, case, grad_out, w) -> (d2q, d2k, d2v)          # double backward: grad of <vjp(grad_out), w>
     def vmap_forward(self, cases) -> np.ndarray                      # the kernel under vmap, [N, B, Hq, T, Dv]
+    def fake_forward(self, case) -> (shape, dtype_name)              # the forward on fake tensors (no data)
 
 ``tangents`` maps "query", "key", "value" and "bias" (the additive M) to arrays of those inputs' shapes
 (a missing one: no tangent); ``w`` is (wq, wk, wv) in Q's, K's and V's shapes. ``vmap_forward`` gets N
 cases that differ only in Q, K and V, stacked along a new leading axis the framework's vmap maps over,
-so that the kernel itself sees the cases' 4-D shapes.
+so that the kernel itself sees the cases' 4-D shapes. ``fake_forward`` runs the forward on tensors that carry
+only shape, dtype and device (torch: ``FakeTensorMode``, inputs ``mode.from_tensor`` of the real call's, as
+torch.compile and torch.export trace a call) and returns the output's shape (a tuple of ints) and dtype name.
 
 The module is longer than the protocol above because ``Case`` and ``Declaration`` are the whole
 vocabulary shared by adapters and the suite (every field documented where it is defined, with its
@@ -219,8 +222,9 @@ class CacheForm:
 
 
 # The transforms an adapter can ask of its kernel (the adapter's ``transforms``, the module docstring):
-# "jvp" forward-mode AD, "vjp_vjp" a double backward (create_graph), "vmap" vectorising map.
-TRANSFORMS: tuple[str, ...] = ("jvp", "vjp_vjp", "vmap")
+# "jvp" forward-mode AD, "vjp_vjp" a double backward (create_graph), "vmap" vectorising map, "fake" the forward
+# on fake tensors (shape, dtype and device without data).
+TRANSFORMS: tuple[str, ...] = ("jvp", "vjp_vjp", "vmap", "fake")
 
 # The preconditions of 000 §8 a call can violate, by the names ``Declaration.accepts_invalid`` and the
 # verdict use (conformance/harness/cases/preconditions.py says what each is and how a case breaks it).

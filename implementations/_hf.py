@@ -129,6 +129,9 @@ class HFAttention:
     def vmap_forward(self, cases: list) -> np.ndarray:
         return _torch.vmap_forward(cases, "cpu", lambda args: self._call(cases[0], *args.qkv(cases[0])))
 
+    def fake_forward(self, case: Case) -> tuple:
+        return _torch.fake_forward(case, "cpu", lambda args: self._call(case, *args.qkv(case)))
+
 
 def bias_tensor(bias: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
     """An additive mask that keeps the suite's bias exact: float64 for float64, else float32."""

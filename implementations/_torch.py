@@ -492,10 +492,13 @@ def _in_context(name: str | None, body: Any) -> Any:
 # -- transforms (conformance/contract.py: ``transforms``, ``jvp``, ``vjp_vjp``, ``vmap_forward``) ---------
 # What every adapter built on :func:`forward` can ask of its kernel besides a forward and a VJP: forward-mode AD
 # (torch.autograd.forward_ad, as PyTorch's test_ops_fwd_gradients does), a double backward (create_graph=True,
-# as gradgradcheck), and torch.func.vmap over a leading axis of stacked cases. A kernel that refuses one raises
-# what torch raises (NotImplementedError: "Trying to use forward AD with ... that does not support it"); the
+# as gradgradcheck), torch.func.vmap over a leading axis of stacked cases, and the forward on fake tensors
+# (FakeTensorMode: shape, dtype and device without data, as torch.compile and torch.export trace a call and
+# torch.library.opcheck's test_faketensor checks an op). A kernel that refuses one raises what torch raises
+# (NotImplementedError: "Trying to use forward AD with ... that does not support it"; under fake tensors a
+# DataDependentOutputException for ``.item()`` or a branch on a value, a RuntimeError for ``.numpy()``); the
 # suite records that as a capability.
-TRANSFORMS: frozenset[str] = frozenset({"jvp", "vjp_vjp", "vmap"})
+TRANSFORMS: frozenset[str] = frozenset({"jvp", "vjp_vjp", "vmap", "fake"})
 
 
 class _Dual(Arguments):
@@ -610,3 +613,78 @@ def vmap_forward(cases: list[Case], device: str, call: Any) -> np.ndarray:
 
     with _presented(pres, _mode("no_grad")):
         return to_numpy(torch.func.vmap(item)(*stacked))
+
+
+def _fake_refusals() -> dict[type, str]:
+    """torch's exceptions for a kernel that needs its inputs' values under fake tensors, and what each means."""
+    from torch._subclasses import fake_tensor
+
+    return {
+        fake_tensor.DataDependentOutputException: "the kernel reads a value of its inputs (.item(), a Python "
+        "branch on data)",
+        fake_tensor.DynamicOutputShapeException: "an intermediate's shape depends on the inputs' values "
+        "(nonzero, masked_select, boolean indexing)",
+        fake_tensor.UnsupportedOperatorException: "the kernel calls an operator without a fake (meta) kernel",
+    }
+
+
+class _Fake(Arguments):
+    """Arguments whose tensors are fake: each array is first made the real tensor :class:`Arguments` makes of it
+    (its strides, offset and shared storage), outside the fake mode, then ``mode.from_tensor`` of that tensor, so
+    the kernel sees the case's memory form without its data; the float mask handed to :meth:`bias` too."""
+
+    def __init__(self, device: str, mode: Any, requires_grad: frozenset[str] = frozenset()) -> None:
+        super().__init__(device, requires_grad)
+        self._mode = mode
+        self._fakes: dict[int, torch.Tensor] = {}
+
+    def __call__(self, a: Any, requires_grad: bool = False) -> torch.Tensor:
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        fake = self._fakes.get(id(a))
+        if fake is None:
+            with unset_fake_temporarily():
+                real = super().__call__(a, requires_grad)
+            fake = self._fakes[id(a)] = self._mode.from_tensor(real)
+        return fake
+
+    def bias(self, t: torch.Tensor) -> torch.Tensor:
+        from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
+
+        if not isinstance(t, FakeTensor):
+            with unset_fake_temporarily():
+                t = super().bias(t)
+            t = self._mode.from_tensor(t)
+        return t
+
+
+def fake_forward(case: Case, device: str, call: Any) -> tuple[tuple[int, ...], str]:
+    """(shape, dtype name) of ``call(args)`` (as in :func:`forward`) run under
+    ``torch._subclasses.fake_tensor.FakeTensorMode`` on fake Q, K, V (``mode.from_tensor`` of the tensors the
+    real call gets, in their own memory): what torch.compile and torch.export see of the kernel when they trace
+    it. A tensor the adapter or the kernel makes from NumPy inside the call (a mask, a constant) becomes fake at
+    its first op (``allow_non_fake_inputs``), as a traced constant does. An output that is not a fake tensor (a
+    result made outside the mode, from the inputs' data) is the kernel's fault.
+
+    A kernel that needs its inputs' values refuses fake tensors, and torch's exception for that names only the
+    operator ("DataDependentOutputException: aten._local_scalar_dense.default"); it is raised again as a
+    NotImplementedError that names the exception and says what the kernel did, so the refusal line reads."""
+    from torch._subclasses import fake_tensor
+
+    pres = case.presentation or Presentation()
+    mode = fake_tensor.FakeTensorMode(allow_non_fake_inputs=True)
+    args = _Fake(device, mode, pres.asked("forward"))
+    refusals = _fake_refusals()
+    try:
+        with _presented(pres, _mode(pres.grad_mode)), mode:
+            out = call(args)
+    except tuple(refusals) as exc:  # the operator's name alone: say what the kernel asked of the data
+        what = next(w for cls, w in refusals.items() if isinstance(exc, cls))
+        first = (str(exc).splitlines() or [""])[0]
+        raise NotImplementedError(f"{type(exc).__name__} ({first}): {what}, which fake tensors do not have") from exc
+    if not isinstance(out, fake_tensor.FakeTensor):
+        raise KernelFault(
+            f"under fake tensors the kernel returned {type(out).__name__}, not a fake tensor (a result computed "
+            "outside the fake mode from the inputs' data)"
+        )
+    return tuple(int(n) for n in out.shape), dtype_of(out)

@@ -154,3 +154,8 @@ class FunctionAdapter:
         from implementations import _torch
 
         return _torch.vmap_forward(cases, self.device, lambda args: self._call(cases[0], args))
+
+    def fake_forward(self, case: Case) -> tuple:
+        from implementations import _torch
+
+        return _torch.fake_forward(case, self.device, lambda args: self._call(case, args))

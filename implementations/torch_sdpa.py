@@ -323,6 +323,10 @@ class TorchSDPA:
         with self._outer():
             return _torch.vmap_forward(cases, self.device, lambda args: self._presented(cases[0], args))
 
+    def fake_forward(self, case: Case) -> tuple:
+        with self._outer():
+            return _torch.fake_forward(case, self.device, lambda args: self._presented(case, args))
+
 
 # The aten op each SDPA backend dispatches to (torch 2.13), and the backend name adapters declare.
 _BACKEND_OPS = (

@@ -1,10 +1,12 @@
-"""Kernels right in every plain call and wrong only under a transform: forward-mode AD, a double backward, vmap.
+"""Kernels right in every plain call and wrong only under a transform: forward-mode AD, a double backward, vmap,
+fake tensors.
 
 Plain functions with torch's SDPA signature behind the real FunctionAdapter (tests/mutants_calls.py's ``_Call``),
 each a torch.autograd.Function whose forward is the spec's attention and whose bug lies in one transform rule,
 as hand-written kernels ship them: a forward-mode rule that forgets a tangent, a backward built from weights
 saved off the graph, a batching rule that merges the vmap axis into the batch axis in another order for the
-keys than for the queries. Each is claimed by its TRANSFORM-* clause (conformance/clauses/test_transforms.py).
+keys than for the queries; and a plain function whose path under fake tensors returns another dtype. Each is
+claimed by its TRANSFORM-* clause (conformance/clauses/test_transforms.py).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import math
 
 from tests.mutants import mutant
 from tests.mutants_calls import _Call
+from tests.trust_kernels import reference
 
 
 def _operands(q, k, v, attn_mask, is_causal, scale):
@@ -160,3 +163,18 @@ class TransformVmapRuleInterleaved(_Call):
         if add.dim() < 4:
             add = add.reshape(*(1,) * (4 - add.dim()), *add.shape)
         return Attention.apply(q2, k2, v2, add).to(q.dtype)
+
+
+@mutant("transform_fake_output_upcast")
+class TransformFakeOutputUpcast(_Call):
+    """Right on real tensors; on fake tensors (a trace by torch.compile or torch.export: shape, dtype and device,
+    no data) it takes a path of its own, as code that special-cases tracing does, which returns the float32
+    accumulator without the cast back to the input dtype: the traced graph's output dtype is not the call's."""
+
+    @staticmethod
+    def fn(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        import torch
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        out = reference(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+        return out.to(torch.float32) if isinstance(q, FakeTensor) else out

@@ -1,19 +1,23 @@
-"""The transforms a framework applies to its own ops: forward-mode AD, a double backward, vmap.
+"""The transforms a framework applies to its own ops: forward-mode AD, a double backward, vmap, fake tensors.
 
 PyTorch checks every op it ships for them (OpInfo's test_ops_gradients: gradcheck and gradgradcheck;
-test_ops_fwd_gradients: forward-mode AD; functorch's test_vmap), and jax's ``check_grads`` checks fwd and
-rev to order 2; a kernel a user trains goes through the same transforms (a gradient penalty is a double
-backward, a JVP drives forward-mode Hessian-vector products, vmap batches per-example work). Each clause
-asks the kernel through its adapter (``transforms``, ``jvp``, ``vjp_vjp``, ``vmap_forward``:
-conformance/contract.py) and judges the answer against the float64 oracle's analytic transform
-(``oracle.jvp``, ``oracle.vjp_jvp``) under the running error model of ``harness.judge.transforms``.
+test_ops_fwd_gradients: forward-mode AD; functorch's test_vmap; test_ops.py's fake tensor tests and
+``torch.library.opcheck``'s test_faketensor), and jax's ``check_grads`` checks fwd and rev to order 2; a kernel
+a user trains goes through the same transforms (a gradient penalty is a double backward, a JVP drives
+forward-mode Hessian-vector products, vmap batches per-example work, torch.compile and torch.export trace the
+call on fake tensors that carry shape, dtype and device but no data). Each clause asks the kernel through its
+adapter (``transforms``, ``jvp``, ``vjp_vjp``, ``vmap_forward``, ``fake_forward``: conformance/contract.py) and
+judges the answer against the float64 oracle's analytic transform (``oracle.jvp``, ``oracle.vjp_jvp``) under
+the running error model of ``harness.judge.transforms``, or (fake tensors) against the case's output shape and
+dtype and the real call's.
 
 A kernel that refuses a transform (torch 2.13's CPU ``scaled_dot_product_attention`` raises
 NotImplementedError under forward AD: its flash kernel has no forward derivative) is not failed: the
 refusal is a measured capability, recorded on the run's transforms line (``harness.run.transforms``) and
 the clause is not applicable with the kernel's words. A wrong answer under a transform fails the clause.
 The cases are small (B=2, H=2, T=4, S=7, D=8, a padding mask or causal; no row blocked entirely), in
-float64 and float32, where the error model's unit roundoffs are those of the declared computation.
+float64 and float32, where the error model's unit roundoffs are those of the declared computation; under fake
+tensors, where no number is computed, in every declared dtype, with grouped heads and Dv != Dk where declared.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import numpy as np
 
 from conformance.clauses.common import supported
 from conformance.clauses.test_gradients import cotangent
-from conformance.contract import Case
+from conformance.contract import Case, dtype_name
 from conformance.harness.calls.guarded import GuardedAdapter
 from conformance.harness.cases.build import cast, random_case, random_mask, rng_for
 from conformance.harness.judge import compare
@@ -37,6 +41,7 @@ CHECK_GRADS = Source(
 )
 BACKWARD = Source("003", "逐步推导", "反向传播需要用到 Softmax 输出或等价统计量。")
 PARALLEL = Source("003", "逐步推导", "矩阵形式只是把所有 i,j 并行计算：")
+OUTPUT_SHAPE = Source("003", "输入与输出", "权重与 V 相乘，输出 [B,h,T_q,d]。")
 DTYPES = ("float64", "float32")
 QKV = ("query", "key", "value")
 
@@ -139,3 +144,45 @@ def test_vmap_matches_each_call(impl, dtype):
             alone = impl.forward(c)
             allowed = compare.pair_allowance(c, c, decl)
             _judge(c, f"vmapped item {j} vs its own call", stacked[j], alone, allowed, "sum of the two allowances")
+
+
+def fake_cases(impl: GuardedAdapter, dtype: str, seed: int = 4350) -> list[Case]:
+    """T=4 queries against S=7 keys, each within what the kernel declares: a key padding mask with Dv=6 != Dk=8,
+    causal, an additive M (Dv != Dk), and grouped heads (Hq=4 over Hkv=2) with a padding mask."""
+    B, T, S, Dk, Dv = 2, 4, 7, 8, 6
+    mask = random_mask(seed, (B, 1, 1, S), p_blocked=0.3)
+    mask[..., 0] = False
+    wide = random_case(seed, B=B, Hq=2, T=T, S=S, Dk=Dk, Dv=Dv, dtype=dtype)
+    square = random_case(seed + 1, B=B, Hq=2, T=T, S=S, Dk=Dk, dtype=dtype)
+    grouped = random_case(seed + 2, B=B, Hq=4, Hkv=2, T=T, S=S, Dk=Dk, dtype=dtype)
+    cases = [
+        wide.replace(mask=mask, label="padding mask, Dv != Dk"),
+        square.replace(is_causal=True, label="causal"),
+        wide.replace(bias=rng_for(seed + 3).standard_normal((1, 2, T, S)), label="additive M, Dv != Dk"),
+        grouped.replace(mask=mask, label="grouped heads, padding mask"),
+    ]
+    return supported(impl, cases)
+
+
+@clause(
+    "TRANSFORM-FAKE-05",
+    "fake tensors: the forward on tensors that carry only shape, dtype and device (torch's FakeTensorMode, as "
+    "torch.compile and torch.export trace a call) gives an output of shape [B, Hq, T, Dv] in the case's dtype, "
+    "the real call's; a kernel that needs its inputs' values there refuses, and the refusal is listed",
+    OUTPUT_SHAPE,
+    kills=["transform_fake_output_upcast"],
+)
+def test_fake_tensor_output_matches_real(impl, dtype):
+    for case in fake_cases(impl, dtype):
+        fake = impl.fake_forward(case)
+        real = impl.forward(case)
+        wants = {
+            "the case's output": (tuple(case.out_shape), case.dtype),
+            "the real call's output": (tuple(real.shape), dtype_name(real.dtype)),
+        }
+        for whose, want in wants.items():
+            if fake != want:
+                raise ClauseViolation(
+                    f"under fake tensors the output is {list(fake[0])} {fake[1]}; {whose} is {list(want[0])} {want[1]}",
+                    case,
+                )
