@@ -205,3 +205,55 @@ class RefusedCallLeavesGradModeOff(_Call):
         out = _ref(q.detach(), k.detach(), v.detach(), attn_mask, dropout_p, is_causal, scale, enable_gqa)
         torch.set_grad_enabled(before)
         return _ref(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa) if before else out
+
+
+# -- a switch, a scalar type or an argument's memory meeting a value class (COVER-PAIRS-01) ----------------------
+@mutant("pairs_deterministic_large_head_dim")
+class PairsDeterministicLargeHeadDim(_Call):
+    """Under deterministic algorithms, a head dim above 64 takes a split-D path that drops the scale on its second
+    half of the features: right under every switch at Dk <= 64 (CONTEXT-SWITCHES-01's bases) and at any Dk
+    without the switch."""
+
+    @staticmethod
+    def fn(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        if _torch().are_deterministic_algorithms_enabled() and q.shape[-1] > 64:
+            s = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+            return _ref(q, k, v, attn_mask, dropout_p, is_causal, s * 1.25, enable_gqa)
+        return _ref(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+
+
+@mutant("pairs_another_thread_causal")
+class PairsAnotherThreadCausal(_Call):
+    """Called from a thread other than the main one, causal masking reads a per-thread flag that only the main
+    thread set: is_causal is dropped there (CONTEXT-THREADS-02's bases pass no is_causal off the main thread)."""
+
+    @staticmethod
+    def fn(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        if threading.current_thread() is not threading.main_thread() and is_causal:
+            return _ref(q, k, v, attn_mask, dropout_p, False, scale, enable_gqa)
+        return _ref(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+
+
+@mutant("pairs_numpy_scale_grouped_heads")
+class PairsNumpyScaleGroupedHeads(_Call):
+    """A scale that is not a Python float (numpy.float64 from a config, a 0-d tensor) with grouped heads goes
+    through a path that takes the default scale: right for every scalar type without GQA (ARGS-SCALAR-TYPES-01's
+    scale bases have as many key heads as query heads) and for a float scale with GQA."""
+
+    @staticmethod
+    def fn(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        if scale is not None and type(scale) is not float and q.shape[-3] != k.shape[-3]:
+            scale = None
+        return _ref(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+
+
+@mutant("pairs_offset_value_causal")
+class PairsOffsetValueCausal(_Call):
+    """A value that is a view into a larger buffer (a KV-cache slice, its own storage offset) with causal: the
+    kernel reads the value rows from the buffer's start (one row early) where causal takes its tiled path."""
+
+    @staticmethod
+    def fn(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        if v.storage_offset() != 0 and q.storage_offset() == 0 and is_causal and v.shape[-2] > 1:
+            v = _torch().cat([v[..., :1, :], v[..., :-1, :]], dim=-2)
+        return _ref(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)

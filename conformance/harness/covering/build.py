@@ -217,12 +217,13 @@ def _own_memory(form: str, x: np.ndarray, seed: int) -> np.ndarray:
 
 def _scalar_value(r: dict[str, str], scale: float | None) -> float | None:
     """The scale a row's scalar types can carry: integral for "scale an int" (sign kept: 2, -1, 0), exact in
-    float32 for "scale a NumPy float32"."""
+    float32 for "scale a NumPy float32" and for "scale a 0-d tensor" (``torch.tensor(0.1)`` is float32 under
+    torch's default dtype: the value the kernel receives is the float32 one)."""
     if scale is None:
         return None
     if r["scalar types"] == "scale an int":
         return float(np.sign(scale) * max(1, round(abs(scale)))) if scale else 0.0
-    if r["scalar types"] == "scale a NumPy float32":
+    if r["scalar types"] in ("scale a NumPy float32", "scale a 0-d tensor"):
         return float(np.float32(scale))
     return scale
 

@@ -55,15 +55,18 @@ def applies(context: str, dtype: str) -> bool:
     return True
 
 
-def _in_dtype(case: Case, g: np.ndarray | None, dtype: str) -> tuple[Case, np.ndarray | None]:
-    """``case`` as autocast hands it to the kernel: Q, K, V and M rounded to ``dtype`` (and the cotangent, which
-    reaches the kernel's output in its dtype), the question then a case of that dtype."""
+def _in_dtype(case: Case, g: np.ndarray | None, dtype: str, bias: bool = True) -> tuple[Case, np.ndarray | None]:
+    """``case`` as autocast hands it to the kernel: Q, K, V (and, with ``bias``, M) rounded to ``dtype`` (and the
+    cotangent, which reaches the kernel's output in its dtype), the question then a case of that dtype. Whether
+    autocast casts a float mask depends on the op that adds it (a kernel of its own adds it in float32 to the
+    16-bit scores, promoted): both are readings, so an M of float32's largest magnitude, -inf in bfloat16, is
+    judged either way."""
     low = np_dtype(dtype)
     cast: dict[int, np.ndarray] = {}  # one object given for two arguments stays one object
     changes: dict[str, Any] = {
         n: cast.setdefault(id(getattr(case, n)), getattr(case, n).astype(low)) for n in ("query", "key", "value")
     }
-    if case.bias is not None:
+    if case.bias is not None and bias:
         changes["bias"] = np.asarray(case.bias).astype(low).astype(np.float64)
     return case.replace(**changes), None if g is None else g.astype(low)
 
@@ -92,8 +95,9 @@ def readings(
             low = what.rpartition(":")[2]
             lowered = [decl.replace(**{f"{low}_computed_as": f"{low}-{how}"}) for how in _LOWER]
             if case.dtype == "float32":
-                low_case, low_g = _in_dtype(case, g, low)
-                out += [(d, low_case, low_g) for d in (decl, *lowered)]
+                for rounded_bias in (True, False)[: 1 + (case.bias is not None)]:
+                    low_case, low_g = _in_dtype(case, g, low, rounded_bias)
+                    out += [(d, low_case, low_g) for d in (decl, *lowered)]
             elif case.dtype == low:
                 out += [(d, case, g) for d in lowered]
     return out
