@@ -772,6 +772,23 @@ class Declaration:
     def replace(self, **changes) -> Declaration:
         return dataclasses.replace(self, **changes)
 
+    def __hash__(self) -> int:
+        """The fields' hash, computed once: a declaration keys the planner's caches, asked hundreds of thousands of
+        times per plan, and hashing its forty fields each time was a third of planning. Not pickled (string hashes
+        differ between processes)."""
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash(tuple(getattr(self, f.name) for f in dataclasses.fields(self)))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
+    def __setstate__(self, state: dict) -> None:
+        for k, v in state.items():
+            object.__setattr__(self, k, v)
+
     def as_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["dtypes"] = sorted(self.dtypes, key=DTYPES.index)

@@ -208,8 +208,8 @@ class RefusedCallLeavesGradModeOff(_Call):
 
 
 # -- a switch, a scalar type or an argument's memory meeting a value class (COVER-PAIRS-01) ----------------------
-@mutant("pairs_deterministic_large_head_dim")
-class PairsDeterministicLargeHeadDim(_Call):
+@mutant("meets_deterministic_large_head_dim")
+class MeetsDeterministicLargeHeadDim(_Call):
     """Under deterministic algorithms, a head dim above 64 takes a split-D path that drops the scale on its second
     half of the features: right under every switch at Dk <= 64 (CONTEXT-SWITCHES-01's bases) and at any Dk
     without the switch."""
@@ -222,8 +222,8 @@ class PairsDeterministicLargeHeadDim(_Call):
         return _ref(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
 
 
-@mutant("pairs_another_thread_causal")
-class PairsAnotherThreadCausal(_Call):
+@mutant("meets_another_thread_causal")
+class MeetsAnotherThreadCausal(_Call):
     """Called from a thread other than the main one, causal masking reads a per-thread flag that only the main
     thread set: is_causal is dropped there (CONTEXT-THREADS-02's bases pass no is_causal off the main thread)."""
 
@@ -234,8 +234,8 @@ class PairsAnotherThreadCausal(_Call):
         return _ref(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
 
 
-@mutant("pairs_numpy_scale_grouped_heads")
-class PairsNumpyScaleGroupedHeads(_Call):
+@mutant("meets_numpy_scale_grouped_heads")
+class MeetsNumpyScaleGroupedHeads(_Call):
     """A scale that is not a Python float (numpy.float64 from a config, a 0-d tensor) with grouped heads goes
     through a path that takes the default scale: right for every scalar type without GQA (ARGS-SCALAR-TYPES-01's
     scale bases have as many key heads as query heads) and for a float scale with GQA."""
@@ -247,8 +247,8 @@ class PairsNumpyScaleGroupedHeads(_Call):
         return _ref(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
 
 
-@mutant("pairs_offset_value_causal")
-class PairsOffsetValueCausal(_Call):
+@mutant("meets_offset_value_causal")
+class MeetsOffsetValueCausal(_Call):
     """A value that is a view into a larger buffer (a KV-cache slice, its own storage offset) with causal: the
     kernel reads the value rows from the buffer's start (one row early) where causal takes its tiled path."""
 

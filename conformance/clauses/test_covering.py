@@ -71,10 +71,10 @@ PAIR_MUTANTS = [
     "escape_cache_causal_large_head_dim",  # a per-shape cache, forward (a row called again after its twin)
     "escape_mask_3d_as_batch",  # a [H,T,S] mask
     # a caller's switch, a scalar's Python type, one argument's own memory, each meeting a value class
-    "pairs_deterministic_large_head_dim",
-    "pairs_another_thread_causal",
-    "pairs_numpy_scale_grouped_heads",
-    "pairs_offset_value_causal",
+    "meets_deterministic_large_head_dim",
+    "meets_another_thread_causal",
+    "meets_numpy_scale_grouped_heads",
+    "meets_offset_value_causal",
 ]
 GRAD_MUTANTS = [
     "pairs_grad_custom_scale",

@@ -103,7 +103,18 @@ def row_reasons(
     """Why ``row`` cannot be a case for ``decl``; empty if it can. A partial row is checked with its
     missing parameters at ``defaults`` (the table's), except that the constraints between values are
     asked of the parameters ``row`` assigns only (so S = 1 is not refused for the default T < S)."""
-    return list(_row_reasons(decl, tuple(sorted(row.items())), t, tuple(sorted((defaults or DEFAULTS).items()))))
+    return list(_row_reasons(decl, tuple(sorted(row.items())), t, _defaults_key(defaults or DEFAULTS)))
+
+
+_DEFAULTS_KEYS: dict[int, tuple[dict, tuple]] = {}  # id -> (the defaults dict, kept alive; its sorted items)
+
+
+def _defaults_key(defaults: dict[str, str]) -> tuple:
+    """``defaults``' sorted items, sorted once per defaults dict (a plan asks with the same one every time)."""
+    known = _DEFAULTS_KEYS.get(id(defaults))
+    if known is None or known[0] is not defaults or len(known[1]) != len(defaults):
+        known = _DEFAULTS_KEYS[id(defaults)] = (defaults, tuple(sorted(defaults.items())))
+    return known[1]
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -179,7 +190,7 @@ def presentation_reasons(decl: Declaration, r: dict[str, str]) -> list[str]:
 def twin(decl: Declaration, row: dict[str, str], t: int = 2, defaults: dict[str, str] | None = None):
     """The row a "called again" row runs after: its shape classes and dtype, every other value changed to
     the next one the declaration admits (dropout only turned off), called first. None when none can change."""
-    found = _twin(decl, tuple(sorted(row.items())), t, tuple(sorted((defaults or DEFAULTS).items())))
+    found = _twin(decl, tuple(sorted(row.items())), t, _defaults_key(defaults or DEFAULTS))
     return None if found is None else dict(found)
 
 

@@ -21,6 +21,7 @@ requires of a case) and the constraints that belong to it; split, the table woul
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -609,15 +610,31 @@ _CONSTRAINED = tuple(sorted({p for c in CONSTRAINTS for p in c.params}))
 
 def violated(row: dict[str, str]) -> list[str]:
     """The reasons of every constraint ``row`` (a partial row: parameter -> value) breaks."""
-    return list(_violated(tuple(row.get(p) for p in _CONSTRAINED)))
+    return list(_violated(tuple(map(row.get, _CONSTRAINED))))
 
 
-@functools.lru_cache(maxsize=1 << 14)
+# each constraint's parameters read out of a _CONSTRAINED tuple in one C call (the planner asks this for every
+# row it tries: hundreds of thousands of times for a kernel that presents everything), and its answers kept
+_GETTERS = tuple(
+    (lambda values, j=c.params: (values[_CONSTRAINED.index(j[0])],))
+    if len(c.params) == 1
+    else operator.itemgetter(*(_CONSTRAINED.index(p) for p in c.params))
+    for c in CONSTRAINTS
+)
+_ANSWERS: tuple[dict, ...] = tuple({} for _ in CONSTRAINTS)
+
+
+@functools.lru_cache(maxsize=1 << 16)
 def _violated(values: tuple) -> tuple[str, ...]:
-    row = {p: v for p, v in zip(_CONSTRAINED, values) if v is not None}
     out = []
-    for c in CONSTRAINTS:
-        if all(p in row for p in c.params) and c.excludes(*(row[p] for p in c.params)):
+    for c, get, seen in zip(CONSTRAINTS, _GETTERS, _ANSWERS):
+        args = get(values)
+        if None in args:
+            continue
+        broken = seen.get(args)
+        if broken is None:
+            broken = seen[args] = bool(c.excludes(*args))
+        if broken:
             out.append(c.reason)
     return tuple(out)
 
