@@ -286,3 +286,32 @@ def test_a_row_the_kernel_raises_on_does_not_hide_its_other_pairs():
     without = [r for r in recs if "blocked" not in r]
     lost = names - {n for r in without[: len(tc._rows(impl, "forward"))] for n in tuples.reached(r["values"], 2)}
     assert len(lost - set(blocked)) > 0  # the planned rows alone left pairs unreached: the repair rows reached them
+
+
+def test_switch_scalar_and_memory_classes_hold_on_their_cases():
+    """A kernel presenting everything: each class of the switches, scalar types and per-argument memory that a
+    row plans is the class its built case is in (the kinds a row names are contract.CONTEXT_KINDS; a "+" joins
+    two switches), and the forms they build keep the numbers (the oracle's answer is the plain case's)."""
+    from conformance import oracle
+    from conformance.contract import CONTEXT_KINDS, PRESENTATION_ATTRIBUTES
+    from conformance.harness.covering.table import SWITCHES
+
+    assert {k for k in SWITCHES.values() if k} <= set(CONTEXT_KINDS)
+    decl = Declaration(gqa=True, grad=True, presents=frozenset(PRESENTATION_ATTRIBUTES))
+    plan = covering.plan(decl, 2)
+    names = ("switch", "second switch", "scalar types", "query memory", "key memory", "value memory", "mask memory")
+    seen = {n: set() for n in names}
+    for i, row in enumerate(plan.rows):
+        case, _ = build_planned(row, decl, plan.seeds[i], plan.picks[i])
+        got = reached_values(case, Call(row["direction"], row["call"]), row)
+        for n in names:
+            assert got[n] == row[n], (i, n, row[n], got[n])
+            seen[n].add(row[n])
+        if row["key memory"] != "as the layout says" or row["mask memory"] != "as its form says":
+            plain = case.replace(
+                key=np.ascontiguousarray(case.key),
+                mask=None if case.mask is None else np.ascontiguousarray(case.mask),
+            )
+            np.testing.assert_array_equal(oracle.forward(case).out, oracle.forward(plain).out)
+    table = {p.name: {v.name for v in p.values} for p in PARAMETERS}
+    assert all(seen[n] == table[n] for n in names), {n: table[n] - seen[n] for n in names}
