@@ -299,7 +299,16 @@ def admit(
             for v in p.values[1:]:
                 cand = {**first, p.name: v.name}
                 if not row_reasons(decl, cand, t, defaults) and _shows(decl, cand, start):
+                    if witness is not None and len(start) == 1:
+                        witness.setdefault(next(iter(start.items())), cand)
                     return None
+    known = [(witness or {}).get(item) for item in start.items()]
+    if len(start) > 1 and all(k is not None for k in known):  # each value's own witness, their changes joined
+        cand = dict(first)
+        for k in known:
+            cand.update({p: v for p, v in k.items() if p not in start and v != defaults[p]})
+        if not row_reasons(decl, cand, t, defaults) and _shows(decl, cand, start):
+            return None
     row, deepest = complete(decl, start, t, defaults)
     if row is not None:
         if witness is not None and len(start) == 1:

@@ -588,8 +588,13 @@ CONSTRAINTS: tuple[Constraint, ...] = (
         "a mask's memory needs a boolean mask",
     ),
     Constraint(
-        ("T", "mask form", "mask memory"),
-        lambda t, f, m: m == PITCHED and (t == "1" or f not in _T_AXIS_FORMS),
+        ("T", "mask memory"),
+        lambda t, m: m == PITCHED and t == "1",
+        "a row pitch needs a mask with more than one row (a T axis, T > 1)",
+    ),
+    Constraint(
+        ("mask form", "mask memory"),
+        lambda f, m: m == PITCHED and f not in _T_AXIS_FORMS,
         "a row pitch needs a mask with more than one row (a T axis, T > 1)",
     ),
     Constraint(
