@@ -38,18 +38,22 @@ them leaves those clauses not applicable. The kernel may refuse a transform (Not
 RuntimeError, TypeError: "not implemented for forward AD"): a measured capability, listed on the run's
 transforms line, never a failure; a wrong answer under a transform fails its clause:
 
-    transforms: frozenset[str]                                       # e.g. {"jvp", "vjp_vjp", "vmap", "fake"}
+    transforms: frozenset[str]                                       # e.g. {"jvp", "vjp_vjp", "jvp_vjp", "vmap"}
     def jvp(self, case, tangents) -> (out, tangent_out)              # forward-mode AD; tangents: {input: array}
     def vjp_vjp(self, case, grad_out, w) -> (d2q, d2k, d2v)          # double backward: grad of <vjp(grad_out), w>
+    def jvp_vjp(self, case, grad_out, tangents) -> (dq', dk', dv')   # forward over reverse: tangent of vjp(grad_out)
     def vmap_forward(self, cases) -> np.ndarray                      # the kernel under vmap, [N, B, Hq, T, Dv]
     def fake_forward(self, case) -> (shape, dtype_name)              # the forward on fake tensors (no data)
 
 ``tangents`` maps "query", "key", "value" and "bias" (the additive M) to arrays of those inputs' shapes
-(a missing one: no tangent); ``w`` is (wq, wk, wv) in Q's, K's and V's shapes. ``vmap_forward`` gets N
-cases that differ only in Q, K and V, stacked along a new leading axis the framework's vmap maps over,
-so that the kernel itself sees the cases' 4-D shapes. ``fake_forward`` runs the forward on tensors that carry
-only shape, dtype and device (torch: ``FakeTensorMode``, inputs ``mode.from_tensor`` of the real call's, as
-torch.compile and torch.export trace a call) and returns the output's shape (a tuple of ints) and dtype name.
+(a missing one: no tangent); ``w`` is (wq, wk, wv) in Q's, K's and V's shapes. ``jvp_vjp`` differentiates the
+backward forward-mode: the tangent of (dQ, dK, dV) along ``tangents`` of Q, K, V (the same numbers as
+``vjp_vjp`` with ``w`` those tangents: the Hessian of <O, grad_out> is symmetric, but other rules of the kernel
+compute them). ``vmap_forward`` gets N cases that differ only in Q, K and V, stacked along a new leading axis
+the framework's vmap maps over, so that the kernel itself sees the cases' 4-D shapes. ``fake_forward`` runs the
+forward on tensors that carry only shape, dtype and device (torch: ``FakeTensorMode``, inputs
+``mode.from_tensor`` of the real call's, as torch.compile and torch.export trace a call) and returns the
+output's shape (a tuple of ints) and dtype name.
 
 The module is longer than the protocol above because ``Case`` and ``Declaration`` are the whole
 vocabulary shared by adapters and the suite (every field documented where it is defined, with its
@@ -222,9 +226,10 @@ class CacheForm:
 
 
 # The transforms an adapter can ask of its kernel (the adapter's ``transforms``, the module docstring):
-# "jvp" forward-mode AD, "vjp_vjp" a double backward (create_graph), "vmap" vectorising map, "fake" the forward
-# on fake tensors (shape, dtype and device without data).
-TRANSFORMS: tuple[str, ...] = ("jvp", "vjp_vjp", "vmap", "fake")
+# "jvp" forward-mode AD, "vjp_vjp" a double backward (create_graph), "jvp_vjp" forward-mode AD of the backward
+# (forward over reverse), "vmap" vectorising map, "fake" the forward on fake tensors (shape, dtype and device
+# without data).
+TRANSFORMS: tuple[str, ...] = ("jvp", "vjp_vjp", "jvp_vjp", "vmap", "fake")
 
 # The preconditions of 000 §8 a call can violate, by the names ``Declaration.accepts_invalid`` and the
 # verdict use (conformance/harness/cases/preconditions.py says what each is and how a case breaks it).

@@ -126,6 +126,9 @@ class HFAttention:
     def vjp_vjp(self, case: Case, grad_out: np.ndarray, w: tuple) -> tuple:
         return _torch.vjp_vjp(case, grad_out, w, "cpu", lambda args: self._call(case, *args.qkv(case)))
 
+    def jvp_vjp(self, case: Case, grad_out: np.ndarray, tangents: dict) -> tuple:
+        return _torch.jvp_vjp(case, grad_out, tangents, "cpu", lambda args: self._call(case, *args.qkv(case)))
+
     def vmap_forward(self, cases: list) -> np.ndarray:
         return _torch.vmap_forward(cases, "cpu", lambda args: self._call(cases[0], *args.qkv(cases[0])))
 

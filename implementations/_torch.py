@@ -489,24 +489,29 @@ def _in_context(name: str | None, body: Any) -> Any:
         raise ContextRefused(reason) from exc
 
 
-# -- transforms (conformance/contract.py: ``transforms``, ``jvp``, ``vjp_vjp``, ``vmap_forward``) ---------
+# -- transforms (conformance/contract.py: ``transforms``, ``jvp``, ``vjp_vjp``, ``jvp_vjp``, ``vmap_forward``) ----
 # What every adapter built on :func:`forward` can ask of its kernel besides a forward and a VJP: forward-mode AD
 # (torch.autograd.forward_ad, as PyTorch's test_ops_fwd_gradients does), a double backward (create_graph=True,
-# as gradgradcheck), torch.func.vmap over a leading axis of stacked cases, and the forward on fake tensors
-# (FakeTensorMode: shape, dtype and device without data, as torch.compile and torch.export trace a call and
-# torch.library.opcheck's test_faketensor checks an op). A kernel that refuses one raises what torch raises
+# as gradgradcheck), forward-mode AD of the backward (gradgradcheck's check_fwd_over_rev), torch.func.vmap over a
+# leading axis of stacked cases, and the forward on fake tensors (FakeTensorMode: shape, dtype and device
+# without data, as torch.compile and torch.export trace a call and torch.library.opcheck's test_faketensor
+# checks an op). A kernel that refuses one raises what torch raises
 # (NotImplementedError: "Trying to use forward AD with ... that does not support it"; under fake tensors a
 # DataDependentOutputException for ``.item()`` or a branch on a value, a RuntimeError for ``.numpy()``); the
 # suite records that as a capability.
-TRANSFORMS: frozenset[str] = frozenset({"jvp", "vjp_vjp", "vmap", "fake"})
+TRANSFORMS: frozenset[str] = frozenset({"jvp", "vjp_vjp", "jvp_vjp", "vmap", "fake"})
 
 
 class _Dual(Arguments):
     """Arguments whose Q, K, V (those given a tangent) are forward-mode dual tensors over the case's own
-    memory, and whose float mask carries the additive M's tangent (zero where M blocks)."""
+    memory, and whose float mask carries the additive M's tangent (zero where M blocks). With
+    ``requires_grad``, those inputs are also autograd leaves (the dual made first, as gradgradcheck's
+    forward-over-reverse check makes them)."""
 
-    def __init__(self, device: str, case: Case, tangents: dict[str, np.ndarray]) -> None:
-        super().__init__(device)
+    def __init__(
+        self, device: str, case: Case, tangents: dict[str, np.ndarray], requires_grad: frozenset[str] = frozenset()
+    ) -> None:
+        super().__init__(device, requires_grad)
         self._tangent_of = {id(getattr(case, n)): tangents[n] for n in ("query", "key", "value") if n in tangents}
         self._bias_tangent = tangents.get("bias")
         self.bias_dual: torch.Tensor | None = None
@@ -516,10 +521,13 @@ class _Dual(Arguments):
 
         key = id(a)
         known = key in self._objects
-        t = super().__call__(a, requires_grad)
-        if not known and key in self._tangent_of:
+        dual = not known and key in self._tangent_of
+        t = super().__call__(a, requires_grad and not dual)
+        if dual:
             tangent = np.ascontiguousarray(self._tangent_of[key]).astype(np.asarray(a).dtype)
             t = forward_ad.make_dual(t, to_torch(tangent, self.device).to(t.dtype))
+            if requires_grad:
+                t.requires_grad_(True)
             self._objects[key] = t
         return t
 
@@ -585,6 +593,36 @@ def vjp_vjp(case: Case, grad_out: np.ndarray, w: tuple, device: str, call: Any) 
             )
         seconds = torch.autograd.grad(phi, leaves, allow_unused=True)
     return tuple(to_numpy(torch.zeros_like(x) if s is None else s) for s, x in zip(seconds, leaves))
+
+
+def jvp_vjp(case: Case, grad_out: np.ndarray, tangents: dict[str, np.ndarray], device: str, call: Any) -> tuple:
+    """(dQ', dK', dV'): the tangent of the VJP (dQ, dK, dV for cotangent ``grad_out``) along ``tangents`` of Q,
+    K, V, by forward-mode AD through the backward, as gradgradcheck's ``check_fwd_over_rev`` does: Q, K, V
+    dual tensors that ask for their gradient, the forward under autograd, ``torch.autograd.grad`` with
+    ``create_graph=True`` and the tangents of the gradients it returns. Gradients that come out of the
+    backward without a tangent (a backward that detached its inputs or went through NumPy) would make the
+    answer silently zero: the kernel's fault."""
+    from torch.autograd import forward_ad
+
+    pres = case.presentation or Presentation()
+    names = ("query", "key", "value")
+    given = {n: tangents[n] for n in names if tangents.get(n) is not None}
+    args = _Dual(device, case, given, frozenset(names))
+    with forward_ad.dual_level(), _presented(pres, _mode("grad")):
+        out = call(args)
+        leaves = [args(getattr(case, n), True) for n in names]
+        if not out.requires_grad:
+            raise KernelFault("the output is not on the autograd graph although query, key and value asked")
+        g = args(grad_out)
+        g = g if g.dtype == out.dtype else g.to(out.dtype)
+        firsts = torch.autograd.grad(out, leaves, grad_outputs=g, create_graph=True, allow_unused=True)
+        seconds = [None if gr is None else forward_ad.unpack_dual(gr).tangent for gr in firsts]
+        if given and all(s is None for s in seconds):
+            raise KernelFault(
+                "the gradients of the backward carry no tangent although query, key and value did (the backward "
+                "cut forward mode: it detached its inputs or went through NumPy): every answer would be silently zero"
+            )
+        return tuple(to_numpy(torch.zeros_like(x) if s is None else s) for s, x in zip(seconds, leaves))
 
 
 class _Given(Arguments):

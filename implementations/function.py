@@ -150,6 +150,11 @@ class FunctionAdapter:
 
         return _torch.vjp_vjp(case, grad_out, w, self.device, lambda args: self._call(case, args))
 
+    def jvp_vjp(self, case: Case, grad_out: np.ndarray, tangents: dict):
+        from implementations import _torch
+
+        return _torch.jvp_vjp(case, grad_out, tangents, self.device, lambda args: self._call(case, args))
+
     def vmap_forward(self, cases: list) -> np.ndarray:
         from implementations import _torch
 

@@ -79,10 +79,12 @@ and through the same fallback where XLA cannot compile the jitted call:
   allowance, a 2-D M and a 4-D M alike).
 * ``vjp_vjp``: ``jax.grad`` of <``jax.vjp``'s cotangents, w> with respect to Q, K, V (a gradient
   penalty).
+* ``jvp_vjp``: ``jax.jvp`` of the function computing ``jax.vjp``'s cotangents, along tangents of Q, K, V
+  (forward over reverse, as ``jax.hessian`` and ``check_grads(..., order=2)`` differentiate).
 * ``vmap``: ``jax.vmap`` over a leading axis of stacked Q, K, V; mask, M and the variants' arguments
   are shared. The kernel sees each item's 4-D shapes.
 
-jax answers all three for the ``xla`` implementation; ``cudnn`` asks for none (see ``xla`` below).
+jax answers all four for the ``xla`` implementation; ``cudnn`` asks for none (see ``xla`` below).
 
 ``cudnn`` is GPU only and not yet run on a CUDA device.
 
@@ -233,6 +235,17 @@ def _vjp_vjp(q, k, v, bias, mask, window, q_len, kv_len, g, w, **static: Any):
     return jax.grad(penalty, argnums=(0, 1, 2))(q, k, v)
 
 
+def _jvp_vjp(q, k, v, bias, mask, window, q_len, kv_len, g, tangents, **static: Any):
+    """The tangent of the VJP (dQ, dK, dV for cotangent g) along ``tangents`` of Q, K, V: ``jax.jvp`` of the
+    function computing ``jax.vjp``'s pullback (forward over reverse, as ``check_grads(..., order=2)`` and
+    ``jax.jacfwd(jax.grad(...))`` differentiate)."""
+
+    def pullback(q, k, v):
+        return _pullback(_attention, q, k, v, bias, mask, window, q_len, kv_len, g, **static)
+
+    return jax.jvp(pullback, (q, k, v), tuple(tangents))[1]
+
+
 def _vmapped(q, k, v, bias, mask, window, q_len, kv_len, **static: Any):
     """``jax.vmap`` of the contract-layout call over the leading axis of stacked Q, K, V; the mask, M and the
     variants' arguments are shared by every item (unbatched), so the kernel sees each item's 4-D shapes."""
@@ -248,6 +261,7 @@ _native_jit = jax.jit(_native, static_argnames=_STATIC)
 _native_vjp_jit = jax.jit(_native_vjp, static_argnames=_STATIC)
 _jvp_jit = jax.jit(_jvp, static_argnames=(*_STATIC, "along"))
 _vjp_vjp_jit = jax.jit(_vjp_vjp, static_argnames=_STATIC)
+_jvp_vjp_jit = jax.jit(_jvp_vjp, static_argnames=_STATIC)
 _vmapped_jit = jax.jit(_vmapped, static_argnames=_STATIC)
 
 
@@ -394,6 +408,22 @@ class JaxAttention:
             ws = tuple(_to_jax(np.asarray(wt).astype(dtype)) for wt in w)
             d2 = self._run(case, _vjp_vjp_jit, _vjp_vjp, *arrays, g, ws, **static)
             return tuple(_to_numpy(d) for d in d2)  # type: ignore[return-value]
+
+    def jvp_vjp(
+        self, case: Case, grad_out: np.ndarray, tangents: dict[str, np.ndarray]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(dQ', dK', dV'): ``jax.jvp`` along the tangents of Q, K, V (zero for one not given) of the function
+        computing ``jax.vjp``'s pullback of ``grad_out``, jitted like the forward."""
+        with jax.enable_x64(True), _compile_refusals():
+            arrays, static = self._args(case)
+            dtype = np_dtype(case.dtype)
+            g = _to_jax(np.asarray(grad_out).astype(dtype))
+            ts = tuple(
+                _to_jax(np.asarray(tangents[n] if tangents.get(n) is not None else np.zeros_like(a)).astype(dtype))
+                for n, a in zip(("query", "key", "value"), arrays)
+            )
+            d = self._run(case, _jvp_vjp_jit, _jvp_vjp, *arrays, g, ts, **static)
+            return tuple(_to_numpy(x) for x in d)  # type: ignore[return-value]
 
     def vmap_forward(self, cases: list[Case]) -> np.ndarray:
         """``jax.vmap`` of the kernel over a leading axis of the cases' stacked Q, K, V ([N, B, Hq, T, Dv]);
@@ -564,10 +594,10 @@ _XLA = Declaration(
     ),
 )
 
-# jax.jvp, a double jax.vjp and jax.vmap of the xla implementation, each measured by the transform clauses
-# (float32, float64) on CPU. The cudnn implementation takes float16 and bfloat16 only, where those clauses do
-# not run, and is not measured on a GPU: it asks for none.
-xla = JaxAttention("jax", "xla", _XLA, transforms=frozenset({"jvp", "vjp_vjp", "vmap"}))
+# jax.jvp, a double jax.vjp, jax.jvp of jax.vjp and jax.vmap of the xla implementation, each measured by the
+# transform clauses (float32, float64) on CPU. The cudnn implementation takes float16 and bfloat16 only, where
+# those clauses do not run, and is not measured on a GPU: it asks for none.
+xla = JaxAttention("jax", "xla", _XLA, transforms=frozenset({"jvp", "vjp_vjp", "jvp_vjp", "vmap"}))
 
 cudnn = JaxAttention(
     "jax-cudnn",

@@ -135,6 +135,9 @@ class TorchEagerAdapter:
     def vjp_vjp(self, case: Case, grad_out: np.ndarray, w: tuple):
         return _torch.vjp_vjp(case, grad_out, w, "cpu", lambda args: self._run(case, *args.qkv(case))[0])
 
+    def jvp_vjp(self, case: Case, grad_out: np.ndarray, tangents: dict):
+        return _torch.jvp_vjp(case, grad_out, tangents, "cpu", lambda args: self._run(case, *args.qkv(case))[0])
+
     def vmap_forward(self, cases: list) -> np.ndarray:
         return _torch.vmap_forward(cases, "cpu", lambda args: self._run(cases[0], *args.qkv(cases[0]))[0])
 

@@ -319,6 +319,10 @@ class TorchSDPA:
         with self._outer():
             return _torch.vjp_vjp(case, grad_out, w, self.device, lambda args: self._presented(case, args))
 
+    def jvp_vjp(self, case: Case, grad_out: np.ndarray, tangents: dict) -> tuple:
+        with self._outer():
+            return _torch.jvp_vjp(case, grad_out, tangents, self.device, lambda args: self._presented(case, args))
+
     def vmap_forward(self, cases: list[Case]) -> np.ndarray:
         with self._outer():
             return _torch.vmap_forward(cases, self.device, lambda args: self._presented(cases[0], args))

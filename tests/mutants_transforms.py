@@ -1,12 +1,13 @@
-"""Kernels right in every plain call and wrong only under a transform: forward-mode AD, a double backward, vmap,
-fake tensors.
+"""Kernels right in every plain call and wrong only under a transform: forward-mode AD, a double backward,
+forward-mode AD of the backward, vmap, fake tensors.
 
 Plain functions with torch's SDPA signature behind the real FunctionAdapter (tests/mutants_calls.py's ``_Call``),
 each a torch.autograd.Function whose forward is the spec's attention and whose bug lies in one transform rule,
 as hand-written kernels ship them: a forward-mode rule that forgets a tangent, a backward built from weights
-saved off the graph, a batching rule that merges the vmap axis into the batch axis in another order for the
-keys than for the queries; and a plain function whose path under fake tensors returns another dtype. Each is
-claimed by its TRANSFORM-* clause (conformance/clauses/test_transforms.py).
+saved off the graph, a backward whose own forward-mode rule holds the weights constant, a batching rule that
+merges the vmap axis into the batch axis in another order for the keys than for the queries; and a plain
+function whose path under fake tensors returns another dtype. Each is claimed by its TRANSFORM-* clause
+(conformance/clauses/test_transforms.py).
 """
 
 from __future__ import annotations
@@ -114,6 +115,86 @@ class TransformGradgradDetachedWeights(_Call):
     def fn(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
         q2, k2, v2, add, s = _operands(q, k, v, attn_mask, is_causal, scale)
         return _saved_weights_function(s, add).apply(q2, k2, v2, add).to(q.dtype)
+
+
+def _output_jvp(q, k, v, p, tq, tk, tv, tadd, add, s):
+    """The tangent of O = P V: Sd = s (tQ K^T + Q tK^T) + tM (0 where M blocks), Pd = P (Sd - rowsum(P Sd)),
+    Od = Pd V + P tV."""
+    import torch
+
+    sd = torch.zeros_like(p)
+    if tq is not None:
+        sd = sd + tq @ k.transpose(-2, -1) * s
+    if tk is not None:
+        sd = sd + q @ tk.transpose(-2, -1) * s
+    if tadd is not None:
+        sd = sd + torch.where(torch.isneginf(add), 0.0, tadd)
+    pd = p * (sd - (p * sd).sum(dim=-1, keepdim=True))
+    return pd @ v + (p @ tv if tv is not None else 0.0)
+
+
+@mutant("transform_fwd_over_rev_weights_tangent_dropped")
+class TransformFwdOverRevWeightsTangentDropped(_Call):
+    """A custom Function whose forward, forward-mode rule and backward are right, and whose backward is itself a
+    custom Function (as a fused kernel's backward is an op of its own) with a right backward (a double backward
+    is right) and a forward-mode rule that holds the weights P constant, differentiating only dQ, dK, dV's
+    explicit uses of Q, K, V: forward-mode AD of the backward (forward over reverse) loses P's tangent."""
+
+    @staticmethod
+    def fn(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        import torch
+
+        def grads(q, k, v, g):
+            return _backward(q, k, v, _weights(q, k, add, s), g, s)
+
+        class Backward(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, q, k, v, g):
+                ctx.save_for_backward(q, k, v, g)
+                ctx.save_for_forward(q, k, v, g)
+                return grads(q, k, v, g)
+
+            @staticmethod
+            def backward(ctx, gq, gk, gv):
+                with torch.enable_grad():
+                    xs = [x.detach().requires_grad_(True) for x in ctx.saved_tensors]
+                    outs = grads(*xs)
+                    return torch.autograd.grad(outs, xs, (gq, gk, gv), allow_unused=True)
+
+            @staticmethod
+            def jvp(ctx, tq, tk, tv, tg):
+                q, k, v, g = ctx.saved_tensors
+                tq, tk, tv, tg = (
+                    torch.zeros_like(x) if t is None else t for x, t in zip((q, k, v, g), (tq, tk, tv, tg))
+                )
+                p = _weights(q, k, add, s)  # the bug: P enters the rule as a constant (no Pd term)
+                dp = g @ v.transpose(-2, -1)
+                ds = p * (dp - (p * dp).sum(dim=-1, keepdim=True))
+                dpd = tg @ v.transpose(-2, -1) + g @ tv.transpose(-2, -1)
+                dsd = p * (dpd - (p * dpd).sum(dim=-1, keepdim=True))
+                dqd = (dsd @ k + ds @ tk) * s
+                dkd = (dsd.transpose(-2, -1) @ q + ds.transpose(-2, -1) @ tq) * s
+                return dqd, dkd, p.transpose(-2, -1) @ tg
+
+        class Attention(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, q, k, v, add):
+                p = _weights(q, k, add, s)
+                ctx.save_for_backward(q, k, v)
+                ctx.save_for_forward(q, k, v, p)
+                return p @ v
+
+            @staticmethod
+            def backward(ctx, g):
+                q, k, v = ctx.saved_tensors
+                return (*Backward.apply(q, k, v, g), None)
+
+            @staticmethod
+            def jvp(ctx, tq, tk, tv, tadd):
+                return _output_jvp(*ctx.saved_tensors, tq, tk, tv, tadd, add, s)
+
+        q2, k2, v2, add, s = _operands(q, k, v, attn_mask, is_causal, scale)
+        return Attention.apply(q2, k2, v2, add).to(q.dtype)
 
 
 @mutant("transform_vmap_rule_interleaved")

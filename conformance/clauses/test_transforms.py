@@ -1,12 +1,16 @@
-"""The transforms a framework applies to its own ops: forward-mode AD, a double backward, vmap, fake tensors.
+"""The transforms a framework applies to its own ops: forward-mode AD, a double backward, forward-mode AD of the
+backward, vmap, fake tensors.
 
-PyTorch checks every op it ships for them (OpInfo's test_ops_gradients: gradcheck and gradgradcheck;
+PyTorch checks every op it ships for them (OpInfo's test_ops_gradients: gradcheck and gradgradcheck, the latter
+with check_fwd_over_rev in test_fn_fwgrad_bwgrad;
 test_ops_fwd_gradients: forward-mode AD; functorch's test_vmap; test_ops.py's fake tensor tests and
 ``torch.library.opcheck``'s test_faketensor), and jax's ``check_grads`` checks fwd and rev to order 2; a kernel
 a user trains goes through the same transforms (a gradient penalty is a double backward, a JVP drives
 forward-mode Hessian-vector products, vmap batches per-example work, torch.compile and torch.export trace the
-call on fake tensors that carry shape, dtype and device but no data). Each clause asks the kernel through its
-adapter (``transforms``, ``jvp``, ``vjp_vjp``, ``vmap_forward``, ``fake_forward``: conformance/contract.py) and
+call on fake tensors that carry shape, dtype and device but no data; forward over reverse is how
+``torch.func.hessian`` and ``jax.hessian`` compute second derivatives). Each clause asks the kernel through its
+adapter (``transforms``, ``jvp``, ``vjp_vjp``, ``jvp_vjp``, ``vmap_forward``, ``fake_forward``:
+conformance/contract.py) and
 judges the answer against the float64 oracle's analytic transform (``oracle.jvp``, ``oracle.vjp_jvp``) under
 the running error model of ``harness.judge.transforms``, or (fake tensors) against the case's output shape and
 dtype and the real call's.
@@ -123,6 +127,28 @@ def test_double_backward_matches_oracle(impl, dtype):
         want, allowed = judge.expected_vjp_vjp(case, g, w, decl)
         for n, a, b, tol in zip(("query", "key", "value"), got, want, allowed):
             _judge(case, f"d/d{n} <(dQ, dK, dV), w>", a, b, tol, judge.RULE)
+
+
+@clause(
+    "TRANSFORM-FWD-OVER-REV-02",
+    "forward over reverse: the tangent of the backward's (dQ, dK, dV) along tangents of Q, K, V, by forward-mode "
+    "AD through a backward with create_graph=True, matches the oracle's analytic second order (the Hessian of "
+    "<O, dO> is symmetric: the double backward's numbers, from the kernel's forward-mode rules); a refusal is listed",
+    BACKWARD,
+    requires=["grad"],
+    dtypes=DTYPES,
+    kills=["transform_fwd_over_rev_weights_tangent_dropped"],
+    tolerance=judge.RULE,
+)
+def test_forward_over_reverse_matches_oracle(impl, dtype):
+    decl = impl.declaration
+    for i, case in enumerate(transform_cases(impl, dtype)):
+        g = cotangent(case, 4320 + i)
+        tangents = _tangents(case, 4330 + i)  # TRANSFORM-GRADGRAD-03's w: the same answer, by the other mode
+        got = impl.jvp_vjp(case, g, tangents)
+        want, allowed = judge.expected_vjp_vjp(case, g, tuple(tangents[n] for n in QKV), decl)
+        for n, a, b, tol in zip(QKV, got, want, allowed):
+            _judge(case, f"tangent of d{n} along (tQ, tK, tV)", a, b, tol, judge.RULE)
 
 
 @clause(

@@ -429,7 +429,8 @@ class GuardedAdapter:
             out.append(db)
         return tuple(out)  # type: ignore[return-value]
 
-    # -- transforms (conformance/contract.py: ``transforms``, ``jvp``, ``vjp_vjp``, ``vmap_forward``, ``fake_forward``)
+    # -- transforms (conformance/contract.py: ``transforms``, ``jvp``, ``vjp_vjp``, ``jvp_vjp``, ``vmap_forward``,
+    # ``fake_forward``)
     def _transform(self, kind: str, case: Case, call: Callable[[], Any], extra_inputs: tuple = ()) -> Any:
         """Ask the kernel for transform ``kind`` on ``case``: not applicable when the adapter does not offer it;
         a refusal (:data:`TRANSFORM_REFUSALS`) is recorded in ``transforms_seen`` (the run's transforms line,
@@ -491,6 +492,23 @@ class GuardedAdapter:
             for g, n in zip(res, names)
         )
 
+    def jvp_vjp(
+        self, case: Case, grad_out: np.ndarray, tangents: dict[str, np.ndarray]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The tangent of the VJP (dQ, dK, dV for ``grad_out``) along ``tangents`` of Q, K, V, by forward-mode AD
+        of the backward."""
+        if not self.declaration.grad:
+            self.not_applicable("declares grad=False")
+        extra = (("grad_out", grad_out), *((f"tangent of {n}", a) for n, a in tangents.items()))
+        res, inputs = self._transform("jvp_vjp", case, lambda: self.adapter.jvp_vjp(case, grad_out, tangents), extra)
+        if not (isinstance(res, tuple) and len(res) == 3):
+            raise AdapterError(f"{self.name}.jvp_vjp returned {type(res).__name__}, not (dq', dk', dv')", case)
+        names = ("query", "key", "value")
+        return tuple(  # type: ignore[return-value]
+            self._check_array(g, f"tangent of the gradient of {n}", getattr(case, n).shape, case, inputs)
+            for g, n in zip(res, names)
+        )
+
     def vmap_forward(self, cases: list[Case]) -> np.ndarray:
         """The kernel under its framework's vmap over a leading axis of ``cases`` (alike but for Q, K, V)."""
         for c in cases[1:]:
@@ -511,10 +529,17 @@ class GuardedAdapter:
 
 
 # The transforms' adapter methods and words (conformance/contract.py: TRANSFORMS).
-TRANSFORM_METHODS = {"jvp": "jvp", "vjp_vjp": "vjp_vjp", "vmap": "vmap_forward", "fake": "fake_forward"}
+TRANSFORM_METHODS = {
+    "jvp": "jvp",
+    "vjp_vjp": "vjp_vjp",
+    "jvp_vjp": "jvp_vjp",
+    "vmap": "vmap_forward",
+    "fake": "fake_forward",
+}
 TRANSFORM_WORDS = {
     "jvp": "forward-mode AD",
     "vjp_vjp": "a double backward",
+    "jvp_vjp": "forward-mode AD of the backward",
     "vmap": "vmap",
     "fake": "fake tensors (shape, dtype and device without data, as torch.compile traces a call)",
 }

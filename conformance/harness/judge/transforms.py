@@ -1,5 +1,6 @@
 """The answers and allowances of the transform clauses (conformance/clauses/test_transforms.py): forward-mode
-AD against ``oracle.jvp`` and a double backward against ``oracle.vjp_vjp``'s analytic second order.
+AD against ``oracle.jvp``, a double backward and forward-mode AD of the backward against ``oracle.vjp_jvp``'s
+analytic second order (the gradient of <vjp(dO), w> is the tangent of vjp(dO) along w).
 
 The error model is a first-order running error analysis of the formula the oracle evaluates, carried on
 absolute values (the "absolute-value program": every signed quantity replaced by its magnitude, every

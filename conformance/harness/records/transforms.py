@@ -1,5 +1,6 @@
-"""What a kernel did under each transform its adapter asks of it (forward-mode AD, a double backward, vmap, fake
-tensors), in words: the summary's line per adapter and the certificate's section read it from one table.
+"""What a kernel did under each transform its adapter asks of it (forward-mode AD, a double backward, forward-mode
+AD of the backward, vmap, fake tensors), in words: the summary's line per adapter and the certificate's section
+read it from one table.
 
 The table is transform -> {dtype: (outcome, detail)}, outcome "answered" (the kernel gave an answer, which
 its TRANSFORM-* clause judged) or "refused" (it raised what a framework raises for a transform it has no
@@ -11,10 +12,17 @@ from __future__ import annotations
 
 from conformance.contract import DTYPES, TRANSFORMS
 
-WORDS = {"jvp": "forward AD", "vjp_vjp": "double backward", "vmap": "vmap", "fake": "fake tensors"}
+WORDS = {
+    "jvp": "forward AD",
+    "vjp_vjp": "double backward",
+    "jvp_vjp": "forward AD of the backward",
+    "vmap": "vmap",
+    "fake": "fake tensors",
+}
 CLAUSES = {
     "jvp": "TRANSFORM-JVP-01",
     "vjp_vjp": "TRANSFORM-GRADGRAD-03",
+    "jvp_vjp": "TRANSFORM-FWD-OVER-REV-02",
     "vmap": "TRANSFORM-VMAP-04",
     "fake": "TRANSFORM-FAKE-05",
 }
@@ -62,7 +70,7 @@ def line(spec: str, by_transform: dict[str, dict[str, dict]]) -> list[str]:
 def markdown(by_transform: dict[str, dict[str, dict]]) -> list[str]:
     """The certificate's section: one row per transform and dtype."""
     out = [
-        "\n## Transforms (forward AD, double backward, vmap, fake tensors)\n",
+        "\n## Transforms (forward AD, double backward, forward AD of the backward, vmap, fake tensors)\n",
         headline(by_transform) + ".\n",
         "| transform | dtype | outcome | detail |\n|---|---|---|---|",
     ]
