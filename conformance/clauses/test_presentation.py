@@ -196,12 +196,14 @@ def _memory(impl: GuardedAdapter, plain: Case) -> None:
         )
     _forward_all(impl, plain, variants)
     if plain.mask is not None and plain.T > 1:
-        # A mask with a row per query, sliced from a wider one: its rows are S + 5 elements apart, not S.
-        rows = random_mask(4102, (plain.B, 1, plain.T, plain.S), p_blocked=0.3)
-        rows[..., 0] = False
-        per_row = plain.replace(mask=rows, label="a mask with a row per query [B, 1, T, S]")
-        pitched = per_row.replace(mask=offset_view(rows), label="that mask sliced from a wider one (row pitch S + 5)")
-        _forward_all(impl, per_row, [pitched])
+        # A mask with a row per query, sliced from a wider one: its rows are S + 5 elements apart, not S. Two such
+        # masks one after the other (a decoder's steps), so that an answer the second call overwrites is seen.
+        for seed in (4102, 4103):
+            rows = random_mask(seed, (plain.B, 1, plain.T, plain.S), p_blocked=0.3)
+            rows[..., 0] = False
+            per_row = plain.replace(mask=rows, label="a mask with a row per query [B, 1, T, S]")
+            label = "that mask sliced from a wider one (row pitch S + 5)"
+            _forward_all(impl, per_row, [per_row.replace(mask=offset_view(rows), label=label)])
     if impl.declaration.grad:
         g = cotangent(plain, 4101)
         forms = ("transposed view", "offset into a larger buffer")
