@@ -85,6 +85,11 @@ RULES: tuple[Rule, ...] = (
         "backward",
         "everything else (in the gradients not asked for)",
         "a gradient nobody asks for is never computed: a bug that lives in it cannot show",
+    ),    Rule(
+        "additive M other than none, or causal: on",
+        "both",
+        "mask memory (a pitch or an address of the boolean mask's own)",
+        "a caller with one attention mask folds the boolean mask, M and causal into a new array of its own memory",
     ),
 )
 
@@ -143,12 +148,26 @@ def predicted(row: dict[str, str], decl: Declaration, direction: str) -> Hidden:
             _hide(out, everything, [("scale", "zero")])
     if direction == "backward" and g("requires grad") in SUBSETS:
         _hide(out, everything, [("requires grad", g("requires grad"))])
+    _mask_memory_folded(out, row)
     if g("layout") == "expanded":  # Q, K, V the same in every batch item (head): a mask or M varying does not help
         if g("B") not in (None, "1"):
             _hide(out, _pick(row, {"B": None}), [("layout", "expanded")])
         if g("B") == "1":
             _hide(out, _pick(row, {"heads": None}), [("layout", "expanded")])
     return out
+
+
+def _mask_memory_folded(out: Hidden, row: dict[str, str]) -> None:
+    """A boolean mask's own memory does not reach a kernel that takes one attention mask when an additive M or
+    causal is given too: the caller (torch's SDPA takes no mask with is_causal, and one attn_mask for both) folds
+    them into a new array, in memory of its own."""
+    mem = row.get("mask memory")
+    if mem in (None, "as its form says"):
+        return
+    folders = [(p, v) for p, v in (("additive M", row.get("additive M")), ("causal", row.get("causal")))]
+    folders = [(p, v) for p, v in folders if v not in (None, "none", "off")]
+    if folders:
+        _hide(out, [("mask memory", mem)], folders)
 
 
 # -- in the case itself --------------------------------------------------------------------------------
@@ -215,6 +234,7 @@ def in_case(case: Case, how: Call, decl: Declaration, classes: dict[str, str]) -
             _hide(out, everything, [("scale", "zero")])
     if backward and classes.get("requires grad") in SUBSETS:
         _hide(out, everything, [("requires grad", classes["requires grad"])])
+    _mask_memory_folded(out, classes)
     # a batch item (head) mixed up reads the same Q, K, V: what varies in a mask or M does not show it
     arrays = [case.query, case.key, case.value]
     for axis, param in ((0, "B"), (1, "heads")):
