@@ -11,7 +11,7 @@ shows up without a change here:
   (torch's ``ContextProp`` properties: ``cudnn.enabled``, ``mkldnn.deterministic``, ...) and every
   ``enable_X(bool)`` / ``X_enabled()`` and ``allow_X(bool)`` / ``X_allowed()`` pair of functions
   (``torch.backends.cuda.enable_math_sdp``, ...), each flipped from its current value (kept only where the
-  flip sticks);
+  flip sticks); and all of them at once but the SDP backends' own switches ("+"-joined);
 * ``sdp_backend:<member>``: each member of ``torch.nn.attention.SDPBackend`` forced with ``sdpa_kernel``;
 * ``deterministic``: ``torch.use_deterministic_algorithms(True)`` (strict: an op without a deterministic
   implementation raises, and that is torch refusing the call, :func:`refusal`);
@@ -142,6 +142,11 @@ def names(device: str = "cpu") -> tuple[str, ...]:
     from torch.nn.attention import SDPBackend
 
     out = list(_flags())
+    # every flag at once but those that switch an SDP backend off (forcing a backend is a kind of its own): the
+    # member a covering row applies first, so that each flag meets every value class, not one flag in twelve
+    together = [n for n in out if not re.search(r"\.enable_\w+_sdp=False$", n)]
+    if len(together) > 1:
+        out.append("+".join(together))
     out += [f"sdp_backend:{m}" for m in SDPBackend.__members__]
     out += ["deterministic", "matmul_precision:high", "matmul_precision:medium"]
     kind = torch.device(device).type

@@ -21,6 +21,7 @@ requires of a case) and the constraints that belong to it; split, the table woul
 from __future__ import annotations
 
 import functools
+import itertools
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -193,7 +194,8 @@ def _switch(case: Case, part: int) -> str | None:
     """The kind of the ``part``-th switch of the case's context (Presentation.context), or None."""
     pres = case.presentation
     parts = joined(pres.context) if pres is not None else ()
-    return parts[part].partition(":")[0] if part < len(parts) else None
+    kinds = [k for k, _ in itertools.groupby(p.partition(":")[0] for p in parts)]  # several flags: one switch
+    return kinds[part] if part < len(kinds) else None
 
 
 def _scalar_types(case: Case) -> str:

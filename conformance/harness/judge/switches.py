@@ -139,9 +139,14 @@ def members(impl: Any, case: Case, pick: int) -> Iterator[Case]:
         named = [n for n in named if applies(n, case.dtype)]
         if not named:
             return
-        choices.append(named)
+        # a member that sets several switches of the kind at once (every flag but the SDP backends') first, so
+        # that each of them meets the row's classes; then the others from the pick on
+        widest = max(len(joined(n)) for n in named)
+        first = [n for n in named if len(joined(n)) == widest and widest > 1]
+        rest = [n for n in named if n not in first]
+        choices.append(first + [rest[(pick + i) % len(rest)] for i in range(len(rest))])
     longest = max(len(c) for c in choices)
     for j in range(min(longest, MAX_MEMBERS_TRIED)):
-        names = [c[(pick + j) % len(c)] for c in choices]
+        names = [c[j % len(c)] for c in choices]
         label = f"{case.label}, under {'+'.join(names)}"
         yield case.replace(presentation=dataclasses.replace(pres, context="+".join(names)), label=label)
