@@ -85,7 +85,8 @@ RULES: tuple[Rule, ...] = (
         "backward",
         "everything else (in the gradients not asked for)",
         "a gradient nobody asks for is never computed: a bug that lives in it cannot show",
-    ),    Rule(
+    ),
+    Rule(
         "additive M other than none, or causal: on",
         "both",
         "mask memory (a pitch or an address of the boolean mask's own)",
