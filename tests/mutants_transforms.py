@@ -90,16 +90,9 @@ class TransformJvpKeyTangentDropped(_Call):
 
     @staticmethod
     def fn(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-        import torch
 
         def jvp(q, k, v, p, tq, tk, tv, tadd):
-            ds = torch.zeros_like(p)
-            if tq is not None:
-                ds = ds + tq @ k.transpose(-2, -1) * s
-            if tadd is not None:
-                ds = ds + torch.where(torch.isneginf(add), 0.0, tadd)
-            dp = p * (ds - (p * ds).sum(dim=-1, keepdim=True))
-            return dp @ v + (p @ tv if tv is not None else 0.0)
+            return _output_jvp(q, k, v, p, tq, None, tv, tadd, add, s)  # the key's tangent never enters
 
         q2, k2, v2, add, s = _operands(q, k, v, attn_mask, is_causal, scale)
         return _saved_weights_function(s, add, jvp).apply(q2, k2, v2, add).to(q.dtype)
