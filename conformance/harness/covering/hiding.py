@@ -87,10 +87,10 @@ RULES: tuple[Rule, ...] = (
         "a gradient nobody asks for is never computed: a bug that lives in it cannot show",
     ),
     Rule(
-        "additive M other than none, or causal: on",
+        "additive M other than none",
         "both",
         "mask memory (a pitch or an address of the boolean mask's own)",
-        "a caller with one attention mask folds the boolean mask, M and causal into a new array of its own memory",
+        "a caller with one attention mask folds the boolean mask and M into a new array of its own memory",
     ),
 )
 
@@ -159,16 +159,16 @@ def predicted(row: dict[str, str], decl: Declaration, direction: str) -> Hidden:
 
 
 def _mask_memory_folded(out: Hidden, row: dict[str, str]) -> None:
-    """A boolean mask's own memory does not reach a kernel that takes one attention mask when an additive M or
-    causal is given too: the caller (torch's SDPA takes no mask with is_causal, and one attn_mask for both) folds
-    them into a new array, in memory of its own."""
+    """A boolean mask's own memory does not reach a kernel that takes one attention mask when an additive M is
+    given too: the caller folds both into one new float array, in memory of its own. (Causal is passed beside the
+    mask where the kernel takes both: a plain function does; torch's own SDPA takes no mask with is_causal, and its
+    adapter folds them, so there the pair of a pitched mask with causal is reached in name only.)"""
     mem = row.get("mask memory")
     if mem in (None, "as its form says"):
         return
-    folders = [(p, v) for p, v in (("additive M", row.get("additive M")), ("causal", row.get("causal")))]
-    folders = [(p, v) for p, v in folders if v not in (None, "none", "off")]
-    if folders:
-        _hide(out, [("mask memory", mem)], folders)
+    m = row.get("additive M")
+    if m not in (None, "none"):
+        _hide(out, [("mask memory", mem)], [("additive M", m)])
 
 
 # -- in the case itself --------------------------------------------------------------------------------
