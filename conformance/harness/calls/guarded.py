@@ -480,33 +480,32 @@ class GuardedAdapter:
 
     def vjp_vjp(self, case: Case, grad_out: np.ndarray, w: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The gradient with respect to Q, K, V of <vjp(grad_out), w> by a double backward."""
-        if not self.declaration.grad:
-            self.not_applicable("declares grad=False")
-        extra = (("grad_out", grad_out), *((f"w of {n}", a) for n, a in zip(("query", "key", "value"), w)))
-        res, inputs = self._transform("vjp_vjp", case, lambda: self.adapter.vjp_vjp(case, grad_out, w), extra)
-        if not (isinstance(res, tuple) and len(res) == 3):
-            raise AdapterError(f"{self.name}.vjp_vjp returned {type(res).__name__}, not (d2q, d2k, d2v)", case)
-        names = ("query", "key", "value")
-        return tuple(  # type: ignore[return-value]
-            self._check_array(g, f"second derivative of {n}", getattr(case, n).shape, case, inputs)
-            for g, n in zip(res, names)
-        )
+        extra = tuple((f"w of {n}", a) for n, a in zip(("query", "key", "value"), w))
+        call = lambda: self.adapter.vjp_vjp(case, grad_out, w)  # noqa: E731
+        return self._second_order("vjp_vjp", case, grad_out, call, extra, "(d2q, d2k, d2v)", "second derivative of")
 
     def jvp_vjp(
         self, case: Case, grad_out: np.ndarray, tangents: dict[str, np.ndarray]
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The tangent of the VJP (dQ, dK, dV for ``grad_out``) along ``tangents`` of Q, K, V, by forward-mode AD
         of the backward."""
+        extra = tuple((f"tangent of {n}", a) for n, a in tangents.items())
+        call = lambda: self.adapter.jvp_vjp(case, grad_out, tangents)  # noqa: E731
+        what = "tangent of the gradient of"
+        return self._second_order("jvp_vjp", case, grad_out, call, extra, "(dq', dk', dv')", what)
+
+    def _second_order(
+        self, kind: str, case: Case, grad_out: np.ndarray, call: Callable[[], Any], extra: tuple, form: str, what: str
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """A second-order transform's three arrays (one per Q, K, V, in their shapes), asked by ``call``."""
         if not self.declaration.grad:
             self.not_applicable("declares grad=False")
-        extra = (("grad_out", grad_out), *((f"tangent of {n}", a) for n, a in tangents.items()))
-        res, inputs = self._transform("jvp_vjp", case, lambda: self.adapter.jvp_vjp(case, grad_out, tangents), extra)
+        res, inputs = self._transform(kind, case, call, (("grad_out", grad_out), *extra))
         if not (isinstance(res, tuple) and len(res) == 3):
-            raise AdapterError(f"{self.name}.jvp_vjp returned {type(res).__name__}, not (dq', dk', dv')", case)
-        names = ("query", "key", "value")
+            raise AdapterError(f"{self.name}.{kind} returned {type(res).__name__}, not {form}", case)
         return tuple(  # type: ignore[return-value]
-            self._check_array(g, f"tangent of the gradient of {n}", getattr(case, n).shape, case, inputs)
-            for g, n in zip(res, names)
+            self._check_array(g, f"{what} {n}", getattr(case, n).shape, case, inputs)
+            for g, n in zip(res, ("query", "key", "value"))
         )
 
     def vmap_forward(self, cases: list[Case]) -> np.ndarray:
