@@ -59,8 +59,7 @@ def _judge(impl: GuardedAdapter, context: str, case: Case, g: np.ndarray | None 
 def _contexts(impl: GuardedAdapter) -> tuple[str, ...]:
     if "context" not in impl.declaration.presents:
         impl.not_applicable("the adapter does not present a caller's context to its kernel (Declaration.presents)")
-    offered = getattr(impl.adapter, "contexts", None)
-    names = tuple(offered()) if callable(offered) else ()
+    names = switches.offered_by(impl)
     if not names:
         impl.not_applicable("the adapter names no caller's context it can apply (contexts())")
     return names

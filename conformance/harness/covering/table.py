@@ -622,12 +622,12 @@ def violated(row: dict[str, str]) -> list[str]:
 
 # each constraint's parameters read out of a _CONSTRAINED tuple in one C call (the planner asks this for every
 # row it tries: hundreds of thousands of times for a kernel that presents everything), and its answers kept
-_GETTERS = tuple(
-    (lambda values, j=c.params: (values[_CONSTRAINED.index(j[0])],))
-    if len(c.params) == 1
-    else operator.itemgetter(*(_CONSTRAINED.index(p) for p in c.params))
-    for c in CONSTRAINTS
-)
+def _getter(params: tuple[str, ...]) -> Callable[[tuple], tuple]:
+    get = operator.itemgetter(*(_CONSTRAINED.index(p) for p in params))
+    return get if len(params) > 1 else lambda values: (get(values),)  # itemgetter of one index gives no tuple
+
+
+_GETTERS = tuple(_getter(c.params) for c in CONSTRAINTS)
 _ANSWERS: tuple[dict, ...] = tuple({} for _ in CONSTRAINTS)
 
 

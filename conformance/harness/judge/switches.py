@@ -121,6 +121,12 @@ def assert_matches(impl: Any, case: Case, g: np.ndarray | None = None) -> None:
                 raise
 
 
+def offered_by(impl: Any) -> tuple[str, ...]:
+    """The contexts the kernel's adapter can apply (its ``contexts()``; none when it has no such method)."""
+    method = getattr(getattr(impl, "adapter", impl), "contexts", None)
+    return tuple(method()) if callable(method) else ()
+
+
 def members(impl: Any, case: Case, pick: int) -> Iterator[Case]:
     """``case`` with each switch kind of its context (a covering row's: "flag", "sdp_backend", ...) replaced by a
     member the adapter offers (``contexts()``) that applies to the case's dtype, the ``pick``-th first, then the
@@ -128,8 +134,7 @@ def members(impl: Any, case: Case, pick: int) -> Iterator[Case]:
     for a kind: nothing (the caller records it)."""
     pres = case.presentation
     parts = joined(pres.context if pres is not None else None)
-    offered_fn = getattr(getattr(impl, "adapter", impl), "contexts", None)
-    offered = tuple(offered_fn()) if callable(offered_fn) else ()
+    offered = offered_by(impl)
     if not parts or all(p in offered for p in parts):
         yield case
         return
