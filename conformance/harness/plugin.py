@@ -76,6 +76,9 @@ def _state(config: pytest.Config) -> State:
 
 def pytest_configure(config: pytest.Config) -> None:
     from conformance.harness.calls import registry
+    from conformance.harness.run import cores
+
+    cores.share()  # before any kernel's library loads: xdist workers share the cores
     from conformance.harness.cases import strategies
 
     strategies.register_profiles()
