@@ -207,11 +207,9 @@ def _grow(decl, row, values, uncovered, t, defaults) -> dict[str, str] | None:
         ]
         before = _gain_view(decl, row)
         base = None
-        best, best_gain = None, None
-        for v in values[p.name]:
+        gains = []  # (gain, order listed, value) of each value that hides nothing of the first tuple
+        for i, v in enumerate(values[p.name]):
             cand = {**row, p.name: v}
-            if row_reasons(decl, cand, t, defaults):
-                continue
             after = _gain_view(decl, cand)
             if not all(hiding.observable(tuple(start.items()), h) for h in after.values()):
                 continue  # never hide a value of the row's first tuple
@@ -223,8 +221,11 @@ def _grow(decl, row, values, uncovered, t, defaults) -> dict[str, str] | None:
                 if base is None:
                     base = _count(before, row, t, uncovered)
                 gain = _count(after, cand, t, uncovered) - base
-            if best_gain is None or gain > best_gain:
-                best, best_gain = v, gain
+            gains.append((-gain, i, v))
+        # the most gaining value the declaration admits here, the first listed among equals: admission (the
+        # costly question) asked in that order, so mostly of one value, not of every value
+        gains.sort()
+        best = next((v for _, _, v in gains if not row_reasons(decl, {**row, p.name: v}, t, defaults)), None)
         if best is None:
             return None
         row[p.name] = best
