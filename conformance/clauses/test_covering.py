@@ -134,11 +134,13 @@ def _judge(impl: GuardedAdapter, case: Case, grad_out: np.ndarray | None, direct
 def _judge_one(impl: GuardedAdapter, case: Case, grad_out: np.ndarray | None, direction: str) -> None:
     dropout = case.dropout_p > 0
     switched = case.presentation is not None and case.presentation.context is not None
-    if dropout:
+    if dropout:  # through the replayed mask, at each precision the caller's switch allows
+        context = case.presentation.context if switched else None
+        readings = switches.readings(impl.declaration, context, case, grad_out) if switched else None
         if direction == "forward":
-            dropout_replay.assert_output_matches(impl, case)
+            dropout_replay.assert_output_matches(impl, case, readings)
         else:
-            dropout_replay.assert_vjp_matches(impl, case, grad_out)
+            dropout_replay.assert_vjp_matches(impl, case, grad_out, readings)
     elif switched:
         switches.assert_matches(impl, case, None if direction == "forward" else grad_out)
     elif direction == "forward":

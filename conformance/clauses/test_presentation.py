@@ -25,7 +25,7 @@ from conformance.harness.calls.guarded import GuardedAdapter
 from conformance.harness.cases.build import random_case, random_mask
 from conformance.harness.covering.build import at_alignment, offset_view
 from conformance.harness.covering.build import cotangent as cotangent_in
-from conformance.harness.judge import compare
+from conformance.harness.judge import compare, dropout_replay
 from conformance.harness.spec.clause import Source, clause
 from conformance.harness.spec.report import ClauseViolation, mismatch_report
 
@@ -129,7 +129,8 @@ def _backward_all(
     "PRESENT-MEMORY-01",
     "Q, K, V (each alone and all three) as transposed views, as views into a larger buffer at an offset, starting "
     "1 to 12 elements past a 64-byte boundary, as views into one packed QKV buffer, and the mask as a view (at an "
-    "offset, off a 64-byte boundary, a mask with a row per query sliced from a wider one); and the backward's "
+    "offset, off a 64-byte boundary, a mask with a row per query sliced from a wider one, alone and beside causal, "
+    "dropout, float64 as the default dtype or inference mode); and the backward's "
     "incoming gradient as a transposed, expanded or offset view: every answer the plain one's",
     LAYOUT,
     kills=[
@@ -145,6 +146,30 @@ def test_memory(impl, dtype):
     _presented(impl, "memory")
     for plain in _bases(impl, dtype):
         _memory(impl, plain)
+
+
+def _pitched_companions(impl: GuardedAdapter, plain: Case) -> list[Case]:
+    """A per-query mask (rows S + 5 apart once sliced) beside each other thing a caller's call may hold, where a
+    covering row holding the pair may hide what a kernel does with the pitch: causal at T = S (every key seen by
+    the last query; T < S hides the last key from every row), dropout (the replayed mask, same seed), the
+    caller's default dtype float64, inference mode. Each as the kernel's declaration and presentation take it."""
+    decl = impl.declaration
+    square = random_case(4104, B=2, Hq=2, T=5, S=5, Dk=8, dtype=plain.dtype, label="plain 5 x 5")
+    rows = random_mask(4104, (square.B, 1, square.T, square.S), p_blocked=0.3)
+    rows[..., 0] = False  # every row sees its first key: no fill policy in question
+    base = square.replace(mask=rows, label="a mask with a row per query [B, 1, T, S]")
+    out = []
+    if decl.causal:
+        out.append(base.replace(is_causal=True, label=f"{base.label}, is_causal (T = S)"))
+    if decl.dropout:
+        out.append(base.replace(dropout_p=0.5, seed=4105, label=f"{base.label}, dropout 0.5"))
+    if "default_dtype" in decl.presents:
+        pres = Presentation(default_dtype="float64")
+        out.append(base.replace(presentation=pres, label=f"{base.label}, float64 the default dtype"))
+    if "grad_mode" in decl.presents:
+        pres = Presentation(grad_mode="inference")
+        out.append(base.replace(presentation=pres, label=f"{base.label}, inference mode"))
+    return [c for c in out if impl.supports(c)]
 
 
 # Element offsets past a 64-byte boundary for Q, K and V: the first triple is aligned to no vector width, the
@@ -204,6 +229,11 @@ def _memory(impl: GuardedAdapter, plain: Case) -> None:
             per_row = plain.replace(mask=rows, label="a mask with a row per query [B, 1, T, S]")
             label = "that mask sliced from a wider one (row pitch S + 5)"
             _forward_all(impl, per_row, [per_row.replace(mask=offset_view(rows), label=label)])
+        for per_row in _pitched_companions(impl, plain):
+            pitched = per_row.replace(mask=offset_view(per_row.mask), label=f"{per_row.label}, row pitch S + 5")
+            judge = dropout_replay.assert_output_matches if per_row.dropout_p else compare.assert_output_matches
+            want = judge(impl, per_row)
+            _same(impl, f"the output ({pitched.label})", judge(impl, pitched), want, pitched, per_row)
     if impl.declaration.grad:
         g = cotangent(plain, 4101)
         forms = ("transposed view", "offset into a larger buffer")

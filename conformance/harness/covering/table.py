@@ -306,7 +306,6 @@ SWITCHES: dict[str, str | None] = {
     "activation checkpointing": "checkpoint",
     "another thread": "thread",
 }
-LOWER_PRECISION_SWITCHES = ("float32 matmul precision lowered", "autocast")
 # Scalar arguments in the Python types callers pass (Presentation.scalars); the flags' forms (is_causal=1) are
 # ARGS-SCALAR-TYPES-01's, where a refusal in a declared error class is an answer.
 SCALAR_TYPES: dict[str, str | None] = {
@@ -559,16 +558,6 @@ CONSTRAINTS: tuple[Constraint, ...] = (
         ("switch", "second switch"),
         lambda a, b: b != "none" and a in ("none", b),
         "a second switch needs a first, and one switch set twice is one switch",
-    ),
-    Constraint(
-        ("switch", "dropout"),
-        lambda a, d: d == "on" and a in LOWER_PRECISION_SWITCHES,
-        "dropout is judged through its replayed mask at the case's own precision, not a lowered one",
-    ),
-    Constraint(
-        ("second switch", "dropout"),
-        lambda a, d: d == "on" and a in LOWER_PRECISION_SWITCHES,
-        "dropout is judged through its replayed mask at the case's own precision, not a lowered one",
     ),
     Constraint(
         ("scalar types", "scale"),

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.contract import Case
+from conformance.contract import Case, Declaration
 from conformance.harness.calls.guarded import GuardedAdapter
 from conformance.harness.calls.probes import observe_weights
 from conformance.harness.judge import tolerance
@@ -39,48 +39,67 @@ def replayed_keep_scale(impl: GuardedAdapter, case: Case) -> np.ndarray:
     return np.where(kept, 1.0 / (1.0 - case.dropout_p), 0.0)
 
 
-def _rule(impl: GuardedAdapter, case: Case, what: str) -> str:
+def _rule(decl: Declaration, case: Case, what: str) -> str:
     return "the dropout-free oracle on Z ⊙ V, Z the replayed mask: " + tolerance.describe(
-        impl.declaration.tolerance_dtype(case), what
+        decl.tolerance_dtype(case), what
     )
 
 
-def assert_output_matches(impl: GuardedAdapter, case: Case) -> np.ndarray:
-    """The output of ``case`` (dropout on) against the oracle for the mask the same seed replays."""
+Reading = tuple  # (declaration, case, cotangent): one way an answer may be judged (harness.judge.switches.readings)
+
+
+def assert_output_matches(impl: GuardedAdapter, case: Case, readings: list[Reading] | None = None) -> np.ndarray:
+    """The output of ``case`` (dropout on) against the oracle for the mask the same seed replays; under a caller's
+    switch, right under one of the ``readings`` it allows (the case at its own precision first)."""
     __tracebackhide__ = True
     out = impl.forward(case)
     z = replayed_keep_scale(impl, case)
-    decl = impl.declaration
-    lifted = lift(case, z, decl.causal_alignment)
-    want = expected(lifted, decl).out.reshape(case.out_shape)
-    allowed = output_allowance(lifted, decl).reshape(case.out_shape)
-    allowed = np.where(np.isfinite(allowed), allowed, np.finfo(np.float64).max)
-    msg = mismatch_report(
-        "output under dropout (the mask its seed replays)", out, want, allowed, _rule(impl, case, "output")
-    )
-    if msg:
-        raise ClauseViolation(msg, case)
-    return out
+    first = None
+    for decl, judged, _ in readings or [(impl.declaration, case, None)]:
+        lifted = lift(judged, z, decl.causal_alignment)
+        want = expected(lifted, decl).out.reshape(case.out_shape)
+        allowed = output_allowance(lifted, decl).reshape(case.out_shape)
+        allowed = np.where(np.isfinite(allowed), allowed, np.finfo(np.float64).max)
+        msg = mismatch_report(
+            "output under dropout (the mask its seed replays)", out, want, allowed, _rule(decl, judged, "output")
+        )
+        if not msg:
+            return out
+        first = first or msg
+    raise ClauseViolation(first, case)
 
 
-def assert_vjp_matches(impl: GuardedAdapter, case: Case, grad_out: np.ndarray) -> tuple[np.ndarray, ...]:
+def assert_vjp_matches(
+    impl: GuardedAdapter, case: Case, grad_out: np.ndarray, readings: list[Reading] | None = None
+) -> tuple[np.ndarray, ...]:
     """dQ, dK, dV of ``case`` (dropout on) against the gradient of the dropped forward for the mask
-    the same seed replays (``judge.dropout_vjp``)."""
+    the same seed replays (``judge.dropout_vjp``); under a caller's switch, right under one of the ``readings``."""
     __tracebackhide__ = True
     grads = impl.vjp(case, grad_out)
     z = replayed_keep_scale(impl, case)
-    want, allowed = merged_aliases(case, impl.declaration, *dropout_vjp(case, z, grad_out, impl.declaration))
+    first = None
+    for decl, judged, g_judged in readings or [(impl.declaration, case, grad_out)]:
+        msg = _vjp_mismatch(grads, judged, z, grad_out if g_judged is None else g_judged, decl)
+        if not msg:
+            return grads
+        first = first or msg
+    raise ClauseViolation(first, case)
+
+
+def _vjp_mismatch(grads: tuple, case: Case, z: np.ndarray, g: np.ndarray, decl: Declaration) -> str:
+    """Why the gradients are not the dropped forward's for ``case`` read under ``decl``; empty when they are."""
+    want, allowed = merged_aliases(case, decl, *dropout_vjp(case, z, g, decl))
     for name, got, exp, allow in zip(("dq", "dk", "dv"), grads, want, allowed):
         if got is None:  # an input that did not ask for its gradient
             continue
-        g = np.asarray(got, dtype=np.float64)
-        bad = ~np.isfinite(g) & np.isfinite(exp)
+        got = np.asarray(got, dtype=np.float64)
+        bad = ~np.isfinite(got) & np.isfinite(exp)
         if bad.any():
-            raise ClauseViolation(f"{name} has {int(bad.sum())} non-finite elements under dropout", case)
+            return f"{name} has {int(bad.sum())} non-finite elements under dropout"
         allow = np.where(np.isfinite(allow), allow, np.finfo(np.float64).max)
         msg = mismatch_report(
-            f"{name} under dropout (the mask its seed replays)", g, exp, allow, _rule(impl, case, name)
+            f"{name} under dropout (the mask its seed replays)", got, exp, allow, _rule(decl, case, name)
         )
         if msg:
-            raise ClauseViolation(msg, case)
-    return grads
+            return msg
+    return ""
