@@ -20,6 +20,7 @@ if kernels.UNAVAILABLE:
 CLAUSES = Path(__file__).resolve().parents[1] / "conformance" / "clauses"
 
 
+@pytest.mark.thorough  # keras-numpy's first cause end to end in a child pytest (10 s)
 def test_keras_numpy_first_cause_is_float64(pytester, tmp_path):
     cert = tmp_path / "cert.json"
     spec = "tests.cause_kernels_keras:keras_sdpa"

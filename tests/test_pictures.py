@@ -64,6 +64,7 @@ def test_every_string_is_escaped_and_nothing_is_fetched():
     assert not re.search(r"url\(|https?://(?!www\.w3\.org/2000/svg)", svg)
 
 
+@pytest.mark.thorough  # a certification and a matrix end to end (8 s)
 def test_a_causal_misalignment_is_drawn_in_the_certificate_and_the_matrix(
     pytester, tmp_path, restore_hypothesis_profile
 ):

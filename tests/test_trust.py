@@ -57,6 +57,7 @@ def test_discovery_folds_nothing_on_a_crash():
     assert any("raised AssertionError" in f and "a crash, not a rejection" in f for f in found.findings), found.findings
 
 
+@pytest.mark.thorough  # a whole certification in a child pytest (10 s)
 def test_no_scale_argument_does_not_silence_the_dropout_clauses(pytester, tmp_path):
     cert = tmp_path / "cert.json"
     spec = "tests.trust_kernels:shared_dropout"
