@@ -13,7 +13,7 @@ def test_a_lone_process_or_a_chosen_policy_is_left_alone():
     assert not cores.sharing({"PYTEST_XDIST_WORKER_COUNT": "2", cores.WAIT_POLICY: "ACTIVE"})
 
 
-def test_this_run_s_workers_have_it(request):
+def test_this_run_s_workers_have_it():
     """Under ``-n 2`` or more, the plugin set the policy before any kernel's library loaded."""
     import os
 

@@ -135,8 +135,7 @@ def _judge_one(impl: GuardedAdapter, case: Case, grad_out: np.ndarray | None, di
     dropout = case.dropout_p > 0
     switched = case.presentation is not None and case.presentation.context is not None
     if dropout:  # through the replayed mask, at each precision the caller's switch allows
-        context = case.presentation.context if switched else None
-        readings = switches.readings(impl.declaration, context, case, grad_out) if switched else None
+        readings = switches.readings(impl.declaration, case.presentation.context, case, grad_out) if switched else None
         if direction == "forward":
             dropout_replay.assert_output_matches(impl, case, readings)
         else:
