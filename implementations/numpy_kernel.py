@@ -3,14 +3,16 @@
 It is the shape of a production kernel rather than of the formula: keys are processed in tiles with
 an online (running max, running sum) softmax, low-precision inputs are upcast to float32 before the
 QK^T product (000_f3dcd408372d9e02.txt §8, "先提高精度，再做点积"), probabilities are formed in the
-working precision, and each (batch, head) slice is computed on its own so that an item's result
-never depends on the rest of the batch. Its backward recomputes the probabilities (as
-FlashAttention does) instead of storing them, and ``forward`` never holds anything of size T x S: a
-first pass over the key tiles finds each row's max and denominator, a second recomputes the tile's
-probabilities and accumulates P V, so its peak extra memory grows linearly in S at T = S (declared
-``memory_scaling="linear"`` and measured by MEM-SCALING-01; ``forward_with_weights`` returns the
-weights, and the dropout path draws a [B, H, T, S] keep-mask, so those two are quadratic). The
-probabilities of both passes are the very numbers ``forward_with_weights`` returns. Because it shares no code with
+working precision, and every (batch, head) slice goes through the same operations as every other
+(one GEMM per slice and key tile, reductions along each row only), so that an item's result never
+depends on the rest of the batch: all slices are computed at once, a slice's numbers are those it
+would get alone. Its backward recomputes the probabilities (as FlashAttention does) instead of
+storing them, and ``forward`` never holds a whole score matrix: a first pass over the key tiles
+finds each row's max and denominator, a second recomputes the tile's probabilities and accumulates
+P V, so its peak extra memory grows linearly in S at T = S (declared ``memory_scaling="linear"`` and
+measured by MEM-SCALING-01; ``forward_with_weights`` returns the weights, and the dropout path draws
+a [B, H, T, S] keep-mask, so those two are quadratic). Both passes form the probabilities by the
+formula ``forward_with_weights`` returns them by. Because it shares no code with
 ``conformance.oracle``, agreement between the two is evidence about both.
 
 Conventions: boolean mask True = blocked (the suite's own); all-blocked rows give zero weights,
@@ -18,8 +20,6 @@ zero output and zero gradients; ``is_causal`` aligned top-left (configurable); G
 head h // (Hq // Hkv); dropout keeps each weight with probability 1 - p from a generator seeded by
 ``case.seed`` and scales kept weights by 1 / (1 - p).
 
-Longer than 250 lines because it is one kernel: the forward, the weights path and the backward walk
-the same key tiles with the same online-softmax step.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import numpy as np
 
 from conformance.contract import Case, Declaration, capabilities, np_dtype
 
-TILE = 16
+TILE = 64  # keys per step of the online softmax (the first pass, and the weights path)
 CHUNK = 256  # keys per P V product in the streaming forward's second pass (tiles of TILE in the first)
 
 
@@ -64,11 +64,11 @@ def _online_step(running_max: np.ndarray, running_sum: np.ndarray, s: np.ndarray
 
     The streaming forward's first pass and ``_probabilities`` take the same steps, so that the two
     paths' probabilities are the very same numbers (written once here for that reason)."""
-    new_max = np.maximum(running_max, s.max(axis=1))
+    new_max = np.maximum(running_max, s.max(axis=-1))
     safe = _finite(new_max, work)
     with np.errstate(invalid="ignore"):
         running_sum = running_sum * np.exp(np.where(np.isneginf(running_max), -np.inf, running_max - safe))
-    return new_max, running_sum + np.exp(s - safe[:, None]).sum(axis=1)
+    return new_max, running_sum + np.exp(s - safe[..., None]).sum(axis=-1)
 
 
 class NumpyAdapter:
@@ -97,63 +97,56 @@ class NumpyAdapter:
     def _work(case: Case):
         return np.float64 if case.dtype == "float64" else np.float32
 
-    def _additive(self, case: Case, b: int, h: int) -> np.ndarray:
-        """[T, S] additive term for one (batch, head): bias, and -inf where blocked."""
+    def _operands(self, case: Case) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Q [B, Hq, T, Dk], K^T [B, Hq, Dk, S] and V [B, Hq, S, Dv] in the working precision, each query
+        head beside the kv head it reads (h // (Hq // Hkv)); K^T contiguous so that every tile's product
+        is one GEMM per slice."""
         work = self._work(case)
-        add = np.zeros((case.T, case.S), dtype=work)
-        if case.bias is not None:
-            bias = np.asarray(case.bias, dtype=np.float64)
-            add += np.broadcast_to(bias, (case.B, case.Hq, case.T, case.S))[b, h].astype(work)
-        if case.mask is not None:
-            m = np.broadcast_to(np.asarray(case.mask, dtype=bool), (case.B, case.Hq, case.T, case.S))[b, h]
-            add[m] = -np.inf
-        if case.is_causal:
-            shift = 0 if self.declaration.causal_alignment == "top-left" else case.S - case.T
-            rows = np.arange(case.T)[:, None]
-            add[np.arange(case.S)[None, :] > rows + shift] = -np.inf
-        return add
+        heads = np.arange(case.Hq) // (case.Hq // case.Hkv)
+        q = np.asarray(case.query).astype(work)
+        kt = np.ascontiguousarray(np.swapaxes(np.asarray(case.key)[:, heads], -1, -2)).astype(work)
+        v = np.asarray(case.value)[:, heads].astype(work)
+        return q, kt, v
 
-    def _additive_tile(self, case: Case, b: int, h: int, start: int, stop: int) -> np.ndarray:
-        """Columns ``start:stop`` of :meth:`_additive`, computed without the other columns."""
+    def _additive_tile(self, case: Case, start: int, stop: int) -> np.ndarray:
+        """[B, Hq, T, stop - start]: key columns ``start:stop`` of the additive term (bias, and -inf where
+        blocked), computed without the other columns."""
         work = self._work(case)
-        add = np.zeros((case.T, stop - start), dtype=work)
         full = (case.B, case.Hq, case.T, case.S)
+        add = np.zeros((*full[:3], stop - start), dtype=work)
         if case.bias is not None:
-            bias = np.broadcast_to(np.asarray(case.bias, dtype=np.float64), full)[b, h, :, start:stop]
-            add += bias.astype(work)
+            add += np.broadcast_to(np.asarray(case.bias, dtype=np.float64), full)[..., start:stop].astype(work)
         if case.mask is not None:
-            add[np.broadcast_to(np.asarray(case.mask, dtype=bool), full)[b, h, :, start:stop]] = -np.inf
+            add[np.broadcast_to(np.asarray(case.mask, dtype=bool), full)[..., start:stop]] = -np.inf
         if case.is_causal:
             shift = 0 if self.declaration.causal_alignment == "top-left" else case.S - case.T
-            add[np.arange(start, stop)[None, :] > np.arange(case.T)[:, None] + shift] = -np.inf
+            add[..., np.arange(start, stop)[None, :] > np.arange(case.T)[:, None] + shift] = -np.inf
         return add
 
-    def _streamed_slice(self, case: Case, b: int, h: int) -> np.ndarray:
-        """One (batch, head) output of the streaming forward, [T, Dv] in the working precision."""
+    def _streamed(self, case: Case) -> np.ndarray:
+        """The streaming forward's output, [B, Hq, T, Dv] in the working precision."""
         work = self._work(case)
         lowp = np_dtype(case.dtype)
-        g = case.Hq // case.Hkv
-        q = case.query[b, h].astype(work)
-        k = case.key[b, h // g].astype(work)
-        v = case.value[b, h // g].astype(work)
+        q, kt, v = self._operands(case)
         scale = work(case.effective_scale)
-        T, S = case.T, case.S
-        running_max = np.full(T, -np.inf, dtype=work)
-        running_sum = np.zeros(T, dtype=work)
+        S = case.S
+        running_max = np.full(q.shape[:3], -np.inf, dtype=work)
+        running_sum = np.zeros(q.shape[:3], dtype=work)
         for start in range(0, S, self.tile):  # pass 1: row max and denominator, as _probabilities
             stop = min(start + self.tile, S)
-            s = (q @ k[start:stop].T) * scale + self._additive_tile(case, b, h, start, stop)
+            s = (q @ kt[..., start:stop]) * scale + self._additive_tile(case, start, stop)
             running_max, running_sum = _online_step(running_max, running_sum, s, work)
-        safe = _finite(running_max, work)
-        live = running_sum > 0
-        acc = np.zeros((T, case.Dv), dtype=work)
+        safe = _finite(running_max, work)[..., None]
+        live = (running_sum > 0)[..., None]
+        total = running_sum[..., None]
+        acc = np.zeros((*q.shape[:3], case.Dv), dtype=work)
         for start in range(0, S, CHUNK):  # pass 2: the same probabilities, tile by tile, times V
             stop = min(start + CHUNK, S)
-            s = (q @ k[start:stop].T) * scale + self._additive_tile(case, b, h, start, stop)
-            e = np.exp(s - safe[:, None])
+            s = (q @ kt[..., start:stop]) * scale + self._additive_tile(case, start, stop)
+            e = np.exp(s - safe)
             with np.errstate(invalid="ignore", divide="ignore"):
-                p = np.where(live[:, None], e / running_sum[:, None], 0.0).astype(work)
-            acc += p.astype(lowp).astype(work) @ v[start:stop]
+                p = np.where(live, e / total, 0.0).astype(work)
+            acc += p.astype(lowp).astype(work) @ v[..., start:stop, :]
         return acc
 
     def kernel_ran(self, case: Case) -> tuple[str, str]:
@@ -169,27 +162,24 @@ class NumpyAdapter:
         rng = np.random.default_rng(case.seed)
         return rng.random((case.B, case.Hq, case.T, case.S)) >= case.dropout_p
 
-    def _probabilities(self, case: Case, b: int, h: int) -> np.ndarray:
-        """Normalised weights of one slice, tile by tile with a running max (online softmax)."""
+    def _probabilities(self, case: Case) -> np.ndarray:
+        """Normalised weights [B, Hq, T, S], tile by tile with a running max (online softmax)."""
         work = self._work(case)
-        g = case.Hq // case.Hkv
-        q = case.query[b, h].astype(work)
-        k = case.key[b, h // g].astype(work)
+        q, kt, _ = self._operands(case)
         scale = work(case.effective_scale)
-        add = self._additive(case, b, h)
-        T, S = case.T, case.S
-        running_max = np.full(T, -np.inf, dtype=work)
-        running_sum = np.zeros(T, dtype=work)
-        scores = np.empty((T, S), dtype=work)
+        S = case.S
+        running_max = np.full(q.shape[:3], -np.inf, dtype=work)
+        running_sum = np.zeros(q.shape[:3], dtype=work)
+        scores = np.empty((*q.shape[:3], S), dtype=work)
         for start in range(0, S, self.tile):
             stop = min(start + self.tile, S)
-            s = (q @ k[start:stop].T) * scale + add[:, start:stop]
-            scores[:, start:stop] = s
+            s = (q @ kt[..., start:stop]) * scale + self._additive_tile(case, start, stop)
+            scores[..., start:stop] = s
             running_max, running_sum = _online_step(running_max, running_sum, s, work)
         safe = _finite(running_max, work)
-        e = np.exp(scores - safe[:, None])
+        e = np.exp(scores - safe[..., None])
         with np.errstate(invalid="ignore", divide="ignore"):
-            p = np.where(running_sum[:, None] > 0, e / running_sum[:, None], 0.0).astype(work)
+            p = np.where(running_sum[..., None] > 0, e / running_sum[..., None], 0.0).astype(work)
         return p
 
     # -- contract ----------------------------------------------------------------------------------
@@ -197,59 +187,41 @@ class NumpyAdapter:
         _validate(case)
         work = self._work(case)
         lowp = np_dtype(case.dtype)
+        p = self._probabilities(case)
         keep = self._keep(case)
-        g = case.Hq // case.Hkv
-        out = np.empty(case.out_shape, dtype=lowp)
-        weights = np.empty(case.weights_shape, dtype=lowp)
-        for b in range(case.B):
-            for h in range(case.Hq):
-                p = self._probabilities(case, b, h)
-                if keep is not None:
-                    p = np.where(keep[b, h], p / work(1.0 - case.dropout_p) if case.dropout_p < 1 else 0.0, 0.0).astype(
-                        work
-                    )
-                p_lowp = p.astype(lowp)
-                weights[b, h] = p_lowp
-                v = case.value[b, h // g].astype(work)
-                out[b, h] = (p_lowp.astype(work) @ v).astype(lowp)
+        if keep is not None:
+            kept = p / work(1.0 - case.dropout_p) if case.dropout_p < 1 else 0.0
+            p = np.where(keep, kept, 0.0).astype(work)
+        weights = p.astype(lowp)
+        out = (weights.astype(work) @ self._operands(case)[2]).astype(lowp)
         return out, weights
 
     def forward(self, case: Case) -> np.ndarray:
         if case.dropout_p > 0:
             return self.forward_with_weights(case)[0]
         _validate(case)
-        lowp = np_dtype(case.dtype)
-        out = np.empty(case.out_shape, dtype=lowp)
-        for b in range(case.B):
-            for h in range(case.Hq):
-                out[b, h] = self._streamed_slice(case, b, h).astype(lowp)
-        return out
+        return self._streamed(case).astype(np_dtype(case.dtype))
 
     def vjp(self, case: Case, grad_out: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         _validate(case)
         work = self._work(case)
         lowp = np_dtype(case.dtype)
-        keep = self._keep(case)
-        g = case.Hq // case.Hkv
         scale = work(case.effective_scale)
-        dq = np.zeros(case.query.shape, dtype=work)
-        dk = np.zeros(case.key.shape, dtype=work)
-        dv = np.zeros(case.value.shape, dtype=work)
-        for b in range(case.B):
-            for h in range(case.Hq):
-                kh = h // g
-                p = self._probabilities(case, b, h)
-                do = grad_out[b, h].astype(work)
-                q = case.query[b, h].astype(work)
-                k = case.key[b, kh].astype(work)
-                v = case.value[b, kh].astype(work)
-                if keep is not None:
-                    factor = keep[b, h] / work(1.0 - case.dropout_p) if case.dropout_p < 1 else np.zeros_like(p)
-                else:
-                    factor = work(1.0)
-                dv[b, kh] += (p * factor).T @ do
-                dp = (do @ v.T) * factor
-                ds = p * (dp - (dp * p).sum(axis=1, keepdims=True))
-                dq[b, h] = ds @ k * scale
-                dk[b, kh] += ds.T @ q * scale
+        q, kt, v = self._operands(case)
+        p = self._probabilities(case)
+        keep = self._keep(case)
+        if keep is not None:
+            factor = keep / work(1.0 - case.dropout_p) if case.dropout_p < 1 else np.zeros_like(p)
+        else:
+            factor = work(1.0)
+        do = np.asarray(grad_out).astype(work)
+        dv = np.swapaxes(p * factor, -1, -2) @ do
+        dp = (do @ np.swapaxes(v, -1, -2)) * factor
+        ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True))
+        dq = (ds @ np.swapaxes(kt, -1, -2)) * scale
+        dk = (np.swapaxes(ds, -1, -2) @ q) * scale
+        # each query head's dK and dV, summed over the query heads that read one kv head, in head order
+        fold = (case.B, case.Hkv, case.Hq // case.Hkv)
+        dk = dk.reshape(*fold, *dk.shape[2:]).sum(axis=2)
+        dv = dv.reshape(*fold, *dv.shape[2:]).sum(axis=2)
         return dq.astype(lowp), dk.astype(lowp), dv.astype(lowp)

@@ -180,3 +180,17 @@ def test_independent_masks_are_not_rejected():
         x, y = rng.random(ds.N_SLICE) < 0.5, rng.random(ds.N_SLICE) < 0.5
         agree = ds.lagged_agreements(x, y)
         assert lo < agree.min() and agree.max() < hi
+
+
+def test_dropout_binomial_tails_match_exact_sums():
+    """The clauses' binomial tails (a cumulative sum of log pmf ratios) against exact integer sums."""
+    from fractions import Fraction
+
+    from conformance.clauses.test_dropout import binomial_tails
+
+    n, p = 60, Fraction(3, 10)
+    pmf = [math.comb(n, k) * p**k * (1 - p) ** (n - k) for k in range(n + 1)]
+    for k in (0, 5, 18, 40, 60):
+        lower, upper = binomial_tails(k, n, 0.3)
+        assert math.isclose(lower, float(sum(pmf[: k + 1])), rel_tol=1e-11)
+        assert math.isclose(upper, float(sum(pmf[k:])), rel_tol=1e-11)

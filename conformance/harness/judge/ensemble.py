@@ -41,6 +41,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import pairwise
 
 import numpy as np
@@ -75,11 +76,21 @@ class Prepared:
         with np.errstate(over="ignore"):
             return x.astype(self.lowp).astype(self.work)
 
-    def scores(self) -> np.ndarray:
-        """Scaled scores with -inf where blocked; empty rows all 0 (filled by policy afterwards)."""
+    @cached_property
+    def s(self) -> np.ndarray:
+        """Scaled scores with -inf where blocked; empty rows all 0 (filled by policy afterwards).
+
+        Computed once per case and shared by the members (each reads it, none writes it): the same
+        numbers each member would compute for itself, at a ninth of the cost."""
         s = self.raw * self.work(self.scale) + self.bias
         s = np.where(self.blocked, -np.inf, s)
         return np.where(self.empty[..., None], self.work(0), s).astype(self.work)
+
+    @cached_property
+    def shifted(self) -> tuple[np.ndarray, np.ndarray]:
+        """(row max m, exp(s - m)): the plain kernel's first steps, shared by the members that take them."""
+        m = _safe_max(self.s)
+        return m, np.exp(self.s - m)
 
     def fill(self, out: np.ndarray, p_rows: Callable[[], np.ndarray] | None = None) -> np.ndarray:
         """Apply the declared all-blocked policy to the empty rows of an output (float64)."""
@@ -136,23 +147,20 @@ def _safe_max(s: np.ndarray) -> np.ndarray:
 
 # -- forward members ----------------------------------------------------------------------------------
 def _max_subtract(prep: Prepared) -> np.ndarray:
-    s = prep.scores()
-    e = np.exp(s - _safe_max(s))
+    e = prep.shifted[1]
     p = e / e.sum(axis=-1, keepdims=True)
     return prep.rnd(p) @ prep.v
 
 
 def _late_normalise(prep: Prepared) -> np.ndarray:
-    s = prep.scores()
-    e = np.exp(s - _safe_max(s))
+    e = prep.shifted[1]
     return (prep.rnd(e) @ prep.v) / e.sum(axis=-1, keepdims=True)
 
 
 def _lse(prep: Prepared) -> np.ndarray:
-    s = prep.scores()
-    m = _safe_max(s)
-    lse = m + np.log(np.exp(s - m).sum(axis=-1, keepdims=True))
-    return prep.rnd(np.exp(s - lse)) @ prep.v
+    m, e = prep.shifted
+    lse = m + np.log(e.sum(axis=-1, keepdims=True))
+    return prep.rnd(np.exp(prep.s - lse)) @ prep.v
 
 
 def _exp2(prep: Prepared) -> np.ndarray:
@@ -170,7 +178,7 @@ def _blocks(S: int, size: int) -> list[tuple[int, int]]:
 
 
 def _online(prep: Prepared, size: int, reverse: bool = False) -> np.ndarray:
-    s = prep.scores()
+    s = prep.s
     w = prep.work
     shape = s.shape[:-1]
     m = np.full(shape + (1,), -np.inf, dtype=w)
@@ -180,8 +188,8 @@ def _online(prep: Prepared, size: int, reverse: bool = False) -> np.ndarray:
     for a, b in reversed(blocks) if reverse else blocks:
         sb = s[..., a:b]
         m_new = np.maximum(m, sb.max(axis=-1, keepdims=True))
-        safe = np.where(np.isneginf(m_new), w(0), m_new)
-        alpha = np.exp(np.where(np.isneginf(m), -np.inf, m - safe))
+        safe = np.where(m_new == -np.inf, w(0), m_new)
+        alpha = np.exp(m - safe)  # safe is never -inf, so a row with no key yet (m = -inf) gets alpha 0
         e = np.exp(sb - safe)
         l = l * alpha + e.sum(axis=-1, keepdims=True)
         acc = acc * alpha + prep.rnd(e) @ prep.v[..., a:b, :]
@@ -191,7 +199,7 @@ def _online(prep: Prepared, size: int, reverse: bool = False) -> np.ndarray:
 
 
 def _split(prep: Prepared, parts: int, store_partials: bool = False) -> np.ndarray:
-    s = prep.scores()
+    s = prep.s
     w = prep.work
     edges = np.linspace(0, prep.S, parts + 1).round().astype(int)
     outs, lses = [], []
@@ -249,9 +257,8 @@ def _fold(x: np.ndarray, hkv: int) -> np.ndarray:
 
 
 def _backward(prep: Prepared, do: np.ndarray, out_lowp: np.ndarray, *, fa: bool, hkv: int):
-    s = prep.scores()
-    m = _safe_max(s)
-    e = np.exp(s - m)
+    s = prep.s
+    m, e = prep.shifted
     l = e.sum(axis=-1, keepdims=True)
     if fa:
         p = np.exp(s - (m + np.log(l)))  # recomputed from the log-sum-exp

@@ -104,13 +104,16 @@ def pairs_table(
         shown: set[str] = set()
         for r in recs:
             values, hidden = r["values"], hidden_of(r)
-            names = tuples.reached(values, t)
+            tups = tuples.tuples_of(values, t)
+            names = [tuples.name(tup) for tup in tups]
             reached.update(names)
-            visible = set(tuples.observable_in(values, hidden, t))
+            visible = {n for n, tup in zip(names, tups) if hiding.observable(tup, hidden)}
             shown |= visible
-            if t == min(ts):
-                for name in set(names) - visible:
-                    hidden_by.setdefault(name, set()).update(hiding.describe(hidden))
+            unseen = set(names) - visible
+            if t == min(ts) and unseen:
+                what_hid = hiding.describe(hidden)  # one record's hidden values, the same for each of its tuples
+                for name in unseen:
+                    hidden_by.setdefault(name, set()).update(what_hid)
         admitted = plan["admitted"]
         # a pair whose value the kernel fails alone (the covering clause ran it so) cannot show anything
         # else there; named apart, and out of the share observable coverage is stated as
