@@ -285,7 +285,10 @@ PRESENTATION_ATTRIBUTES: tuple[str, ...] = (
 # "anomaly" autograd's anomaly detection; "flush_denormal" subnormals flushed to zero; "saved_tensors_hooks"
 # every tensor saved for the backward packed to a copy and unpacked back (as a CPU offload does); "checkpoint"
 # the call inside activation checkpointing (the backward recomputes it); "thread" the call made from a thread
-# other than the one that imported the kernel. The names themselves come from the adapter (``contexts()``).
+# other than the one that imported the kernel; jax's: "x64" its 64-bit mode set for the call ("x64:off", jax's
+# default, which a caller of a float32 or 16-bit case runs under); "jit" jax.jit disabled around the call
+# ("jit:off": every jitted function runs op by op). "matmul_precision" is jax's default matmul precision there
+# (jax.default_matmul_precision). The names themselves come from the adapter (``contexts()``).
 CONTEXT_KINDS: tuple[str, ...] = (
     "flag",
     "sdp_backend",
@@ -297,6 +300,8 @@ CONTEXT_KINDS: tuple[str, ...] = (
     "saved_tensors_hooks",
     "checkpoint",
     "thread",
+    "x64",
+    "jit",
 )
 # The Python types a caller passes a scalar argument in (Presentation.scalars, "<argument>:<type>"): each gives
 # the value of the plain float / bool form. "int" is used only where the value is integral (``scale=2``,
@@ -690,6 +695,10 @@ class Declaration:
     # kernels that take the case's arrays as they are present "memory" and "identity", an adapter
     # calling a torch function can present them all. The case space varies only what is presented.
     presents: frozenset[str] = frozenset()
+    # The kinds of caller's context (CONTEXT_KINDS) the adapter applies, where it presents "context": the
+    # covering array's switch rows (harness.covering.table.SWITCHES) are admitted for these kinds only. None:
+    # every kind the table names (an adapter around torch, which offers them all).
+    context_kinds: frozenset[str] | None = None
     # The kernel takes only inputs whose last axis is unit-strided (torch's fused CPU kernels: "All fused
     # kernels require the last dimension of the input to have stride 1"): a case with Q, K or V strided
     # along its feature axis is not applicable to it.
@@ -735,6 +744,12 @@ class Declaration:
         if unknown:
             raise ValueError(f"presents names {unknown}; known: {', '.join(PRESENTATION_ATTRIBUTES)}")
         object.__setattr__(self, "presents", presents)
+        if self.context_kinds is not None:
+            kinds = frozenset(self.context_kinds)
+            unknown = sorted(kinds - set(CONTEXT_KINDS))
+            if unknown:
+                raise ValueError(f"context_kinds names {unknown}; known: {', '.join(CONTEXT_KINDS)}")
+            object.__setattr__(self, "context_kinds", kinds)
 
     def _check_formulations(self) -> None:
         if self.float32_computed_as not in FLOAT32_FORMATS:
@@ -799,6 +814,8 @@ class Declaration:
         d["dtypes"] = sorted(self.dtypes, key=DTYPES.index)
         d["rejects_with"] = sorted(self.rejects_with)
         d["presents"] = [a for a in PRESENTATION_ATTRIBUTES if a in self.presents]
+        if self.context_kinds is not None:
+            d["context_kinds"] = [k for k in CONTEXT_KINDS if k in self.context_kinds]
         d["accepts_invalid"] = [a for a in PRECONDITIONS if a in self.accepts_invalid]
         return d
 

@@ -4,9 +4,10 @@ A kernel runs inside its caller's program, under whatever the caller switched on
 backend (003 §工程实现: "PyTorch 的 scaled_dot_product_attention 会根据输入和平台选择可用后端"), deterministic
 algorithms, a lower float32 matmul precision, autocast (000 §8 guards its own products against it: "禁用外层
 autocast 对这里矩阵乘法的降精度"), anomaly detection, flushed subnormals, saved-tensor hooks, activation
-checkpointing, another thread or several at once. A kernel keyed on one of them (a fallback that takes another
-path) must still answer the question the values ask. The adapter names the contexts it applies (``contexts()``:
-for torch, generated from torch's API, implementations/_torch_contexts.py), and the clause walks every one.
+checkpointing, another thread or several at once; jax's default matmul precision, its 64-bit mode, jax.jit
+disabled. A kernel keyed on one of them (a fallback that takes another path) must still answer the question the
+values ask. The adapter names the contexts it applies (``contexts()``: for torch, generated from torch's API,
+implementations/_torch_contexts.py; for jax, implementations/jax_attention.py), and the clause walks every one.
 
 Where a switch changes the precision the caller asked for, the answer is judged at that precision, as the
 switch's documentation states it: autocast to bfloat16 (float16) and a float32 matmul precision of "medium" judge
@@ -88,9 +89,10 @@ def _refused(impl: GuardedAdapter, context: str, exc: ContextRefused) -> None:
 
 @clause(
     "CONTEXT-SWITCHES-01",
-    "under every caller's context the adapter applies (each backend flag flipped, each SDP backend forced, "
+    "under every caller's context the adapter applies (torch: each backend flag flipped, each SDP backend forced, "
     "deterministic algorithms, float32 matmul precision high and medium, autocast, anomaly mode, flushed "
-    "subnormals, saved-tensor hooks that copy, activation checkpointing), the forward and the backward are the "
+    "subnormals, saved-tensor hooks that copy, activation checkpointing; jax: the default matmul precision at "
+    "tensorfloat32 and bfloat16, the 64-bit mode off, jit disabled), the forward and the backward are the "
     "oracle's within the error model at the precision the switch asks for; a call the framework refuses under a "
     "context in its own words is not applicable there",
     BACKENDS,
@@ -103,6 +105,9 @@ def _refused(impl: GuardedAdapter, context: str, exc: ContextRefused) -> None:
         "context_flush_denormal_path",
         "context_saved_hooks_backward",
         "context_checkpoint_recompute",
+        "jax_x64_off_drops_mask@float32",
+        "jax_jit_off_forgets_scale@float32",
+        "jax_matmul_precision_drops_bias@float32",
     ],
 )
 def test_switches(impl, dtype):

@@ -41,6 +41,7 @@ from conformance.harness.covering.table import (
     NON_SHAPE_PARAMETERS,
     OFFSET,
     PARAMETERS,
+    SWITCHES,
     violated,
 )
 
@@ -174,6 +175,8 @@ def presentation_reasons(decl: Declaration, r: dict[str, str]) -> list[str]:
         need.add("backward")
     if r["switch"] != "none" or r["second switch"] != "none":
         need.add("context")
+    kinds = (None, *decl.context_kinds) if decl.context_kinds is not None else None
+    unapplied = kinds is not None and any(SWITCHES[r[p]] not in kinds for p in ("switch", "second switch"))
     if r["scalar types"] != "Python float":
         need.add("scalars")
     if any(r[p] not in (AS_LAYOUT, AS_BUILT) for p in ARGUMENT_MEMORY):
@@ -182,6 +185,8 @@ def presentation_reasons(decl: Declaration, r: dict[str, str]) -> list[str]:
     reasons = []
     if missing:
         reasons.append(f"the adapter does not present {', '.join(missing)} to its kernel (Declaration.presents)")
+    if unapplied:
+        reasons.append("the adapter applies no switch of this kind (Declaration.context_kinds)")
     if r["requires grad"] == "query, key, value and M" and not decl.bias_grad:
         reasons.append("declares no gradient for the additive M (bias_grad)")
     return reasons
