@@ -177,7 +177,7 @@ def presentation_reasons(decl: Declaration, r: dict[str, str]) -> list[str]:
         need.add("context")
     kinds = (None, *decl.context_kinds) if decl.context_kinds is not None else None
     unapplied = kinds is not None and any(SWITCHES[r[p]] not in kinds for p in ("switch", "second switch"))
-    if r["scalar types"] != "Python float":
+    if r["scalar types"] != "Python float" or r["flag types"] != "Python bool":
         need.add("scalars")
     if any(r[p] not in (AS_LAYOUT, AS_BUILT) for p in ARGUMENT_MEMORY):
         need.add("memory")

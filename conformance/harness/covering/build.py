@@ -26,6 +26,7 @@ from conformance.harness.covering.table import (
     ASKING,
     DEFAULTS,
     EXPANDED_MASK,
+    FLAG_TYPES,
     LEADING_TILE,
     MIXED,
     OFF_BOUNDARY,
@@ -52,7 +53,7 @@ def presentation(r: dict[str, str]) -> Presentation | None:
         # the kinds only: the covering clause applies a member of each that the adapter offers
         # (harness.calls.switches.resolve)
         context="+".join(switches) or None,
-        scalars=SCALAR_TYPES[r["scalar types"]],
+        scalars="+".join(f for f in (SCALAR_TYPES[r["scalar types"]], FLAG_TYPES[r["flag types"]]) if f) or None,
     )
     return None if pres == Presentation() else pres
 

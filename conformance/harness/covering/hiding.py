@@ -97,6 +97,8 @@ RULES: tuple[Rule, ...] = (
 
 def observable(tup: Iterable[Item], hidden: Hidden) -> bool:
     """True unless a value of ``tup`` is hidden by values outside ``tup``."""
+    if not hidden:
+        return True
     items = set(tup)
     return all(all(h <= items for h in hidden.get(e, ())) for e in items)
 

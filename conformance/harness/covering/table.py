@@ -198,9 +198,20 @@ def _switch(case: Case, part: int) -> str | None:
     return kinds[part] if part < len(kinds) else None
 
 
-def _scalar_types(case: Case) -> str:
+def _scalar_forms(case: Case, flags: bool) -> str | None:
+    """The case's scalar forms (Presentation.scalars) of the causal flag (``flags``) or of the other arguments."""
     pres = case.presentation
-    form = pres.scalars if pres is not None else None
+    parts = [p for p in joined(pres.scalars if pres is not None else None) if p.startswith("is_causal:") == flags]
+    return "+".join(parts) or None
+
+
+def _flag_types(case: Case) -> str:
+    form = _scalar_forms(case, flags=True)
+    return next((n for n, f in FLAG_TYPES.items() if f == form), "other")
+
+
+def _scalar_types(case: Case) -> str:
+    form = _scalar_forms(case, flags=False)
     name = next((n for n, f in SCALAR_TYPES.items() if f == form), "other")
     if name == "scale an int" and not (case.scale is not None and float(case.scale).is_integer()):
         return "other"  # an int only where the value is integral
@@ -315,6 +326,14 @@ SCALAR_TYPES: dict[str, str | None] = {
     "scale a NumPy float32": "scale:numpy.float32",
     "scale a 0-d tensor": "scale:tensor",
 }
+# The causal flag in the types callers pass it (Presentation.scalars): a numpy.bool_ read from an array or a
+# config, 1 or 0 from an integer setting. Either is an answer (the plain form's) or a refusal in a declared
+# error class (torch's SDPA takes a bool only), recorded as ARGS-SCALAR-TYPES-01 records it.
+FLAG_TYPES: dict[str, str | None] = {
+    "Python bool": None,
+    "is_causal a NumPy bool": "is_causal:numpy.bool_",
+    "is_causal an int": "is_causal:int",
+}
 SHAPE_PARAMETERS = ("B", "heads", "S", "T", "Dk", "Dv")  # what a per-shape cache keys on (the Q, K, V shapes)
 NON_SHAPE_PARAMETERS = (
     "dtype",
@@ -342,6 +361,7 @@ PRESENTATION_PARAMETERS = (
     "switch",
     "second switch",
     "scalar types",
+    "flag types",
     *ARGUMENT_MEMORY,
 )
 
@@ -448,6 +468,7 @@ PARAMETERS: tuple[Parameter, ...] = (
     Parameter("switch", tuple(_v(n, lambda c, d, k=k: _switch(c, 0) == k) for n, k in SWITCHES.items())),
     Parameter("second switch", tuple(_v(n, lambda c, d, k=k: _switch(c, 1) == k) for n, k in SWITCHES.items())),
     Parameter("scalar types", tuple(_v(n, lambda c, d, n=n: _scalar_types(c) == n) for n in SCALAR_TYPES)),
+    Parameter("flag types", tuple(_v(n, lambda c, d, n=n: _flag_types(c) == n) for n in FLAG_TYPES)),
     Parameter("query memory", tuple(_v(n, _arg_memory("query", n)) for n in QUERY_MEMORY)),
     Parameter("key memory", tuple(_v(n, _arg_memory("key", n)) for n in KV_MEMORY)),
     Parameter("value memory", tuple(_v(n, _arg_memory("value", n)) for n in KV_MEMORY)),
