@@ -26,14 +26,63 @@ from conformance.harness.judge.dropout_vjp import dropout_vjp, lift
 from conformance.harness.judge.expected import expected, merged_aliases, output_allowance
 from conformance.harness.spec.report import ClauseViolation, mismatch_report
 
+# A row wholly dropped is re-drawn under other seeds; it fails when staying so has probability at most ROW_LEVEL
+# (at most ~1 000 rows reach this test in a certification: a false positive under 1e-6 per run). Rows whose
+# chance of being wholly dropped is above ROW_LEVEL ** (1 / (1 + MAX_SEEDS)) are not tested.
+ROW_LEVEL = 1e-9
+MAX_SEEDS = 8
+# A kept weight w / (1 - p) the probe still shows: 4 x float16's smallest normal, the lowest precision a switch
+# can lower a case to (autocast), so that a flushed or underflowed kept weight is never counted as a key.
+SHOWN = 4 * float(np.finfo(np.float16).tiny)
+
+
+def _wholly_dropped(w: np.ndarray, visible: np.ndarray) -> np.ndarray:
+    return visible.any(axis=-1) & ~(visible & (w != 0)).any(axis=-1)
+
+
+def _check_whole_rows(
+    impl: GuardedAdapter, case: Case, w: np.ndarray, weights: np.ndarray, blocked: np.ndarray
+) -> None:
+    """A query row whose every visible key the probe shows dropped, drawn again under other seeds.
+
+    A kernel that zeroes a row (its output and its V = I probe both 0) reads as a row dropout dropped whole,
+    and the replay agrees with it on one draw. Dropout drops a row of n keys whole with probability p**n
+    (each key on its own, as 000 §6 and every kernel's Bernoulli mask draw it; n counts the keys whose kept
+    weight the probe would show, which only raises the bound), and independently under another seed: a row
+    that stays wholly dropped under k + 1 seeds has probability p**(n (k + 1)). It fails once that is at most
+    ROW_LEVEL; a row that shows a kept key under any seed is dropout's own."""
+    p = case.dropout_p
+    if not 0.0 < p < 1.0:
+        return
+    visible = ~blocked
+    keys = (visible & (weights / (1.0 - p) > SHOWN)).sum(axis=-1)
+    q = np.power(p, keys.astype(np.float64))
+    suspect = _wholly_dropped(w, visible) & (q <= ROW_LEVEL ** (1.0 / (1 + MAX_SEEDS)))
+    for draw in range(1, MAX_SEEDS + 1):
+        if not suspect.any():
+            return
+        seed = (case.seed or 0) + 1_000_003 * draw
+        suspect &= _wholly_dropped(observe_weights(impl, case.replace(seed=seed)), visible)
+        stays = suspect & (q ** (draw + 1) <= ROW_LEVEL)
+        if stays.any():
+            at = tuple(int(i) for i in np.argwhere(stays)[0])
+            raise ClauseViolation(
+                f"query row {list(at)} has every one of its {int(keys[at])} visible keys dropped under the case's "
+                f"seed and under {draw} other seeds (dropout_p = {p:g}): a Bernoulli mask does so with probability "
+                f"{q[at] ** (draw + 1):.3g}; a row the kernel zeroes reads as a row dropout dropped whole",
+                case,
+            )
+
 
 def replayed_keep_scale(impl: GuardedAdapter, case: Case) -> np.ndarray:
     """Z of ``case``'s dropout (1/(1 - p) kept, 0 dropped), read from a V = I probe with its seed.
 
     A visible weight reads as kept when it is not 0; on a row with no visible key the fill's own
-    weights (the mean of V's 1/S, or NaN) are dropped by the same mask, so they count too."""
+    weights (the mean of V's 1/S, or NaN) are dropped by the same mask, so they count too. A row whose
+    every visible key reads as dropped is drawn again under other seeds first (:func:`_check_whole_rows`)."""
     w = observe_weights(impl, case)
     plain = expected(case.replace(dropout_p=0.0), impl.declaration)
+    _check_whole_rows(impl, case, w, plain.weights, plain.blocked)
     empty = plain.all_blocked[..., None]
     kept = (w != 0) & (~plain.blocked | empty)
     return np.where(kept, 1.0 / (1.0 - case.dropout_p), 0.0)
