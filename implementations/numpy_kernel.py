@@ -162,10 +162,10 @@ class NumpyAdapter:
         rng = np.random.default_rng(case.seed)
         return rng.random((case.B, case.Hq, case.T, case.S)) >= case.dropout_p
 
-    def _probabilities(self, case: Case) -> np.ndarray:
-        """Normalised weights [B, Hq, T, S], tile by tile with a running max (online softmax)."""
+    def _probabilities(self, case: Case, q: np.ndarray, kt: np.ndarray) -> np.ndarray:
+        """Normalised weights [B, Hq, T, S] of :meth:`_operands`' Q and K^T, tile by tile with a running max
+        (online softmax)."""
         work = self._work(case)
-        q, kt, _ = self._operands(case)
         scale = work(case.effective_scale)
         S = case.S
         running_max = np.full(q.shape[:3], -np.inf, dtype=work)
@@ -187,13 +187,14 @@ class NumpyAdapter:
         _validate(case)
         work = self._work(case)
         lowp = np_dtype(case.dtype)
-        p = self._probabilities(case)
+        q, kt, v = self._operands(case)
+        p = self._probabilities(case, q, kt)
         keep = self._keep(case)
         if keep is not None:
             kept = p / work(1.0 - case.dropout_p) if case.dropout_p < 1 else 0.0
             p = np.where(keep, kept, 0.0).astype(work)
         weights = p.astype(lowp)
-        out = (weights.astype(work) @ self._operands(case)[2]).astype(lowp)
+        out = (weights.astype(work) @ v).astype(lowp)
         return out, weights
 
     def forward(self, case: Case) -> np.ndarray:
@@ -208,7 +209,7 @@ class NumpyAdapter:
         lowp = np_dtype(case.dtype)
         scale = work(case.effective_scale)
         q, kt, v = self._operands(case)
-        p = self._probabilities(case)
+        p = self._probabilities(case, q, kt)
         keep = self._keep(case)
         if keep is not None:
             factor = keep / work(1.0 - case.dropout_p) if case.dropout_p < 1 else np.zeros_like(p)
