@@ -265,6 +265,8 @@ PRECONDITIONS: tuple[str, ...] = (
 #                    adapter names the ones it can apply (``contexts()``), generated from the framework's API
 #   "scalars"        the Python type a scalar argument reaches the kernel as (Presentation.scalars: ``scale=1``
 #                    as an int, a numpy.float32, a 0-d tensor; ``is_causal`` as a numpy.bool_ or 1; ...)
+#   "transform"      the forward asked under a transform of the framework's (Presentation.transform: forward-mode
+#                    AD, vmap), through the adapter's ``jvp`` and ``vmap_forward`` (its ``transforms`` names them)
 PRESENTATION_ATTRIBUTES: tuple[str, ...] = (
     "memory",
     "identity",
@@ -276,7 +278,11 @@ PRESENTATION_ATTRIBUTES: tuple[str, ...] = (
     "bias_dtype",
     "context",
     "scalars",
+    "transform",
 )
+# The transforms a case's forward can be asked under (Presentation.transform): "jvp" forward-mode AD (the output
+# and its tangent along tangents of Q, K and V), "vmap" the framework's vmap over two cases stacked on a new axis.
+PRESENTED_TRANSFORMS: tuple[str, ...] = ("jvp", "vmap")
 # The kinds of caller's context (Presentation.context, "<kind>" or "<kind>:<what>"), each a switch a caller of a
 # framework sets around a call: "flag" a boolean backend flag flipped ("flag:torch.backends.mkldnn.enabled=False");
 # "sdp_backend" one SDP backend forced ("sdp_backend:MATH"); "deterministic" deterministic algorithms on;
@@ -366,6 +372,8 @@ class Presentation:
     # A scalar argument in another Python type, of SCALAR_FORMS ("scale:int"); None: plain float / bool. Several
     # arguments at once are joined by "+" ("scale:numpy.float64+dropout_p:numpy.float64": a config read by NumPy).
     scalars: str | None = None
+    # The forward asked under a transform of PRESENTED_TRANSFORMS ("jvp", "vmap"); None: a plain call.
+    transform: str | None = None
 
     def __post_init__(self) -> None:
         if self.requires_grad is not None:
@@ -388,6 +396,8 @@ class Presentation:
             raise ValueError(f"context={self.context!r}; '<kind>[:<what>]' with a kind of {CONTEXT_KINDS}, '+'-joined")
         if self.scalars is not None and any(p not in SCALAR_FORMS for p in joined(self.scalars)):
             raise ValueError(f"scalars={self.scalars!r}; None or '+'-joined forms of {SCALAR_FORMS}")
+        if self.transform not in (None, *PRESENTED_TRANSFORMS):
+            raise ValueError(f"transform={self.transform!r}; None or one of {PRESENTED_TRANSFORMS}")
 
     def asked(self, direction: str) -> frozenset[str]:
         """The inputs that ask for a gradient in a call of ``direction`` ("forward" or "vjp")."""
@@ -415,6 +425,8 @@ class Presentation:
             for one in joined(self.scalars):
                 arg, _, form = one.partition(":")
                 parts.append(f"{arg} as {form}")
+        if self.transform is not None:
+            parts.append({"jvp": "under forward-mode AD", "vmap": "under vmap"}[self.transform])
         return ", ".join(parts) or "as usual"
 
 

@@ -524,8 +524,10 @@ class _Dual(Arguments):
         dual = not known and key in self._tangent_of
         t = super().__call__(a, requires_grad and not dual)
         if dual:
-            tangent = np.ascontiguousarray(self._tangent_of[key]).astype(np.asarray(a).dtype)
-            t = forward_ad.make_dual(t, to_torch(tangent, self.device).to(t.dtype))
+            tangent = to_torch(np.ascontiguousarray(self._tangent_of[key]).astype(np.asarray(a).dtype), self.device)
+            if 0 in t.stride():  # a broadcast primal's tangent is broadcast too, in the primal's very layout
+                tangent = _in_layout_of(t, tangent)
+            t = forward_ad.make_dual(t, tangent.to(t.dtype))
             if requires_grad:
                 t.requires_grad_(True)
             self._objects[key] = t
@@ -541,6 +543,18 @@ class _Dual(Arguments):
         tangent = torch.where(torch.isneginf(t), torch.zeros_like(tangent), tangent)
         self.bias_dual = forward_ad.make_dual(t, tangent)
         return self.bias_dual
+
+
+def _in_layout_of(primal: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """``values`` (constant along the primal's stride-0 axes) in ``primal``'s strides and storage offset:
+    make_dual copies a tangent of another layout into the primal's, which a stride-0 axis refuses."""
+    strides, offset = primal.stride(), primal.storage_offset()
+    one = tuple(1 if st == 0 else n for n, st in zip(primal.shape, strides))  # each element once
+    size = offset + sum((n - 1) * st for n, st in zip(primal.shape, strides)) + 1
+    buffer = torch.zeros(size, dtype=values.dtype, device=values.device)
+    first = tuple(slice(0, 1) if st == 0 else slice(None) for st in strides)
+    buffer.as_strided(one, strides, offset).copy_(values[first])
+    return buffer.as_strided(primal.shape, strides, offset)
 
 
 def jvp(case: Case, tangents: dict[str, np.ndarray], device: str, call: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -637,20 +651,49 @@ class _Given(Arguments):
         return t if t is not None else super().__call__(a, requires_grad)
 
 
+def stacked(items: list[np.ndarray]) -> np.ndarray:
+    """``items`` (arrays of one shape and dtype) stacked along a new leading axis so that each item keeps the
+    first's memory form: its strides (a transposed view, a stride-0 axis), its offset into its buffer and its
+    address modulo 64 bytes. A kernel under vmap sees each item's own memory, as a caller's batch of views does."""
+    first = np.asarray(items[0])
+    root = _root(first)
+    if root is first and first.flags.c_contiguous:
+        return np.stack([np.asarray(a) for a in items])
+    offset = _address(first) - _address(root)
+    step = -(-root.nbytes // 64) * 64  # one item's buffer, a whole number of 64-byte lines
+    raw = np.zeros(len(items) * step + 64, dtype=np.uint8)
+    start = (_address(root) - _address(raw)) % 64
+    out = np.ndarray((len(items), *first.shape), first.dtype, raw, start + offset, (step, *first.strides))
+    for i, a in enumerate(items):
+        out[i] = a
+    return out
+
+
 def vmap_forward(cases: list[Case], device: str, call: Any) -> np.ndarray:
     """``torch.func.vmap`` of ``call(args)`` over a new leading axis of the N cases' stacked Q, K, V (the
     cases differ in nothing else; ``call`` builds the rest from the first): [N, B, Hq, T, Dv]. The kernel
-    sees each case's own 4-D shapes, as batched tensors."""
+    sees each case's own 4-D shapes and memory form (:func:`stacked`), as batched tensors; one array object
+    given for two arguments is one batched tensor. A kernel that writes into the batched inputs (the caller's
+    stacked tensors) is caught here, where the writes land."""
     first = cases[0]
     pres = first.presentation or Presentation()
     names = ("query", "key", "value")
-    stacked = [to_torch(np.stack([np.asarray(getattr(c, n)) for c in cases]), device) for n in names]
+    objects = list(dict.fromkeys(id(getattr(first, n)) for n in names))  # one batched tensor per array object
+    by_id = {id(getattr(first, n)): n for n in reversed(names)}
+    arrays = [stacked([np.asarray(getattr(c, by_id[o])) for c in cases]) for o in objects]
+    before = [a.tobytes() for a in arrays]
+    args = Arguments(device)
+    tensors = [args(a) for a in arrays]
 
-    def item(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return call(_Given(device, {id(getattr(first, n)): t for n, t in zip(names, (q, k, v))}))
+    def item(*batched: torch.Tensor) -> torch.Tensor:
+        return call(_Given(device, dict(zip(objects, batched))))
 
     with _presented(pres, _mode("no_grad")):
-        return to_numpy(torch.func.vmap(item)(*stacked))
+        out = to_numpy(torch.func.vmap(item)(*tensors))
+    for o, a, b in zip(objects, arrays, before):
+        if a.tobytes() != b:
+            raise KernelFault(f"under vmap the kernel wrote into its {by_id[o]} (the caller's batched input)")
+    return out
 
 
 def _fake_refusals() -> dict[type, str]:

@@ -252,3 +252,36 @@ class TransformFakeOutputUpcast(_Call):
 
         out = reference(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
         return out.to(torch.float32) if isinstance(q, FakeTensor) else out
+
+
+# -- a transform meeting a value class (COVER-PAIRS-01) ---------------------------------------------------------
+@mutant("meets_jvp_large_head_dim")
+class MeetsJvpLargeHeadDim(_Call):
+    """A custom Function whose forward-mode rule for a head dim above 64 (a split-D path of its own) forgets the
+    scale on the query's tangent: right under forward AD at Dk = 8 (TRANSFORM-JVP-01's bases) and right at any
+    Dk without a tangent."""
+
+    @staticmethod
+    def fn(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        def jvp(q, k, v, p, tq, tk, tv, tadd):
+            wide = q.shape[-1] > 64 and tq is not None
+            return _output_jvp(q, k, v, p, tq / s if wide else tq, tk, tv, tadd, add, s)
+
+        q2, k2, v2, add, s = _operands(q, k, v, attn_mask, is_causal, scale)
+        return _saved_weights_function(s, add, jvp).apply(q2, k2, v2, add).to(q.dtype)
+
+
+@mutant("meets_vmap_grouped_heads")
+class MeetsVmapGroupedHeads(_Call):
+    """Under vmap, grouped heads (fewer key heads than query heads) are expanded with the vmap axis taken for the
+    head axis: each query head group reads the key and value heads in another order (rolled by one). Right
+    under vmap with one key head per query head (TRANSFORM-VMAP-04's bases) and right with grouped heads
+    outside vmap."""
+
+    @staticmethod
+    def fn(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        import torch
+
+        if torch._C._functorch.is_batchedtensor(q) and k.shape[-3] != q.shape[-3]:
+            k, v = k.roll(1, dims=-3), v.roll(1, dims=-3)
+        return reference(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)

@@ -22,9 +22,11 @@ while the row still fails, so the report names the fewest non-default classes th
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import numpy as np
+import pytest
 
 from conformance.contract import Case, ContextRefused
 from conformance.harness.calls.guarded import GuardedAdapter
@@ -34,7 +36,7 @@ from conformance.harness.covering.admission import twin as twin_of
 from conformance.harness.covering.build import build_planned, build_twin
 from conformance.harness.covering.table import PARAMETERS, Call, memory_form
 from conformance.harness.covering.tuples import name, observable_in, tuples_of
-from conformance.harness.judge import compare, dropout_replay, rejection, switches
+from conformance.harness.judge import compare, dropout_replay, rejection, switches, transformed
 from conformance.harness.records.coverage_tables import hidden_of
 from conformance.harness.run import pair_coverage
 from conformance.harness.spec.clause import Source, clause
@@ -75,6 +77,9 @@ PAIR_MUTANTS = [
     "meets_another_thread_causal",
     "meets_numpy_scale_grouped_heads",
     "meets_offset_value_causal",
+    # a transform meeting a value class
+    "meets_jvp_large_head_dim",
+    "meets_vmap_grouped_heads",
 ]
 GRAD_MUTANTS = [
     "pairs_grad_custom_scale",
@@ -101,19 +106,36 @@ def _rows(impl: GuardedAdapter, direction: str) -> list[int]:
     return [i for i, r in enumerate(rows) if direction == "forward" or r["direction"] == direction]
 
 
-def _judge(impl: GuardedAdapter, case: Case, grad_out: np.ndarray | None, direction: str) -> None:
+def _judge(impl: GuardedAdapter, case: Case, grad_out: np.ndarray | None, direction: str, second: Case | None) -> Case:
     """The row's case through the error model; under a caller's switch (the row names its kinds), with a member of
     each the adapter applies, at the precision the switch allows (harness.judge.switches). A call the framework
     refuses under every member tried, or a scalar type refused in a declared error class, is recorded as the
-    clause's refusal (never a failure): the row's pairs are then not reached, and the coverage summary says so."""
+    clause's refusal (never a failure): the row's pairs are then not reached, and the coverage summary says so.
+    A transform the kernel refuses (a measured capability, on the run's transforms line) is recorded so too, and
+    the case runs without it, so that the row's other pairs still reach the kernel. Returns the case that ran."""
+    pres = case.presentation
+    if pres is not None and pres.transform is not None:
+        try:
+            _judge_switched(impl, case, grad_out, direction, second)
+            return case
+        except pytest.skip.Exception as exc:  # the transform refused, or not asked by the adapter
+            impl.rejected.append(f"{case.label}: run without {pres.describe()}: {exc.msg}")
+            case = case.replace(presentation=dataclasses.replace(pres, transform=None))
+    _judge_switched(impl, case, grad_out, direction, second)
+    return case
+
+
+def _judge_switched(
+    impl: GuardedAdapter, case: Case, grad_out: np.ndarray | None, direction: str, second: Case | None
+) -> None:
     pres = case.presentation
     if pres is None or (pres.context is None and pres.scalars is None):
-        _judge_one(impl, case, grad_out, direction)
+        _judge_one(impl, case, grad_out, direction, second)
         return
     refused = []
     for applied in switches.members(impl, case, case.seed or 0):
         try:
-            _judge_one(impl, applied, grad_out, direction)
+            _judge_one(impl, applied, grad_out, direction, second)
             return
         except ContextRefused as exc:
             refused.append(str(exc))
@@ -131,10 +153,19 @@ def _judge(impl: GuardedAdapter, case: Case, grad_out: np.ndarray | None, direct
     )
 
 
-def _judge_one(impl: GuardedAdapter, case: Case, grad_out: np.ndarray | None, direction: str) -> None:
+def _judge_one(
+    impl: GuardedAdapter, case: Case, grad_out: np.ndarray | None, direction: str, second: Case | None
+) -> None:
     dropout = case.dropout_p > 0
     switched = case.presentation is not None and case.presentation.context is not None
-    if dropout:  # through the replayed mask, at each precision the caller's switch allows
+    transform = case.presentation.transform if case.presentation is not None else None
+    if transform == "jvp":  # the table admits a transform only forward, without dropout or a switch
+        transformed.assert_jvp_matches(impl, case, (case.seed or 0) + 4301)
+    elif transform == "vmap":
+        other = second if second is not None else case
+        pair = other.replace(presentation=case.presentation)
+        transformed.assert_vmap_matches(impl, case, case.replace(query=pair.query, key=pair.key, value=pair.value))
+    elif dropout:  # through the replayed mask, at each precision the caller's switch allows
         readings = switches.readings(impl.declaration, case.presentation.context, case, grad_out) if switched else None
         if direction == "forward":
             dropout_replay.assert_output_matches(impl, case, readings)
@@ -165,7 +196,7 @@ def _run_row(impl: GuardedAdapter, row: dict[str, str], seed: int, picks: dict |
         impl.require(twin)
         before = impl.cases_run
         try:
-            _judge(impl, twin, twin_grad, direction)
+            _judge(impl, twin, twin_grad, direction, None)
         except ClauseViolation as exc:
             text = str(exc).removesuffix(f"\n  case: {exc.case.describe()}") if exc.case is not None else str(exc)
             msg = f"the twin called right before this row (same Q, K, V shapes, other values) fails:\n  {text}"
@@ -185,13 +216,17 @@ def _run_row(impl: GuardedAdapter, row: dict[str, str], seed: int, picks: dict |
 def _run_case(impl: GuardedAdapter, row: dict[str, str], seed: int, picks: dict | None, direction: str) -> None:
     case, grad_out = build_planned(row, impl.declaration, seed, picks, _t())
     impl.require(case)  # never rejects: the plan holds only rows the declaration admits
+    second = None
+    if case.presentation is not None and case.presentation.transform == "vmap":  # vmap's second item: same form
+        second = build_planned(row, impl.declaration, seed + 1, picks, _t())[0]
     before = impl.cases_run
+    ran = case
     try:
-        _judge(impl, case, grad_out, direction)
+        ran = _judge(impl, case, grad_out, direction, second)
     finally:
         if impl.cases_run > before:  # the guarded call returned: the case reached the kernel
             how = Call(direction, row["call"], "contiguous" if grad_out is None else memory_form(grad_out))
-            pair_coverage.record(impl, case, how, {**row, "direction": direction})
+            pair_coverage.record(impl, ran, how, {**row, "direction": direction})
 
 
 def _fails(impl: GuardedAdapter, i: int, row: dict[str, str], direction: str) -> ClauseViolation | None:

@@ -449,6 +449,12 @@ class GuardedAdapter:
             try:
                 return call()
             except Exception as exc:  # a refusal is a capability; anything else is judged by _guarded
+                if kind == "vmap" and case.dropout_p == 0 and RANDOM_UNDER_VMAP.search(str(exc)):
+                    raise KernelFault(
+                        "under vmap, with dropout off, the kernel draws random numbers (the framework stopped it: "
+                        f"{(str(exc).splitlines() or [''])[0][:120]}): a call without dropout must not touch a "
+                        "generator"
+                    ) from exc
                 if not is_transform_refusal(exc):
                     raise
                 refused.append(exc)
@@ -550,6 +556,9 @@ TRANSFORM_WORDS = {
 # a trace that meets data-dependent code: "data-dependent", "Cannot access data pointer"). Any other exception
 # under a transform is a kernel that broke there: it fails the clause, as every call does.
 TRANSFORM_REFUSALS = frozenset({"NotImplementedError", "NotApplicable"})
+# vmap's words for a random draw in its default randomness mode (torch: "vmap: called random operation while in
+# randomness error mode"; jax has no global generator): a refusal only where the case asks for dropout.
+RANDOM_UNDER_VMAP = re.compile(r"random operation while in randomness error mode", re.IGNORECASE)
 TRANSFORM_REFUSAL_CLASSES = frozenset({"RuntimeError", "TypeError", "ValueError"})
 TRANSFORM_REFUSAL_WORDS = re.compile(
     r"not implemented|not supported|does not support|doesn't support|no (batching|differentiation) rule"

@@ -181,12 +181,16 @@ def presentation_reasons(decl: Declaration, r: dict[str, str]) -> list[str]:
         need.add("scalars")
     if any(r[p] not in (AS_LAYOUT, AS_BUILT) for p in ARGUMENT_MEMORY):
         need.add("memory")
+    if r.get("transform", "none") != "none":
+        need.add("transform")
     missing = sorted(need - decl.presents)
     reasons = []
     if missing:
         reasons.append(f"the adapter does not present {', '.join(missing)} to its kernel (Declaration.presents)")
     if unapplied:
         reasons.append("the adapter applies no switch of this kind (Declaration.context_kinds)")
+    if r.get("transform") == "forward-mode AD" and not decl.grad:
+        reasons.append("forward-mode AD needs derivatives (declares grad=False)")
     if r["requires grad"] == "query, key, value and M" and not decl.bias_grad:
         reasons.append("declares no gradient for the additive M (bias_grad)")
     return reasons

@@ -37,6 +37,7 @@ from conformance.harness.covering.table import (
     SCALAR_TYPES,
     SWITCHES,
     TILE,
+    TRANSFORMS,
 )
 
 
@@ -54,6 +55,7 @@ def presentation(r: dict[str, str]) -> Presentation | None:
         # (harness.calls.switches.resolve)
         context="+".join(switches) or None,
         scalars="+".join(f for f in (SCALAR_TYPES[r["scalar types"]], FLAG_TYPES[r["flag types"]]) if f) or None,
+        transform=TRANSFORMS[r.get("transform", "none")],
     )
     return None if pres == Presentation() else pres
 

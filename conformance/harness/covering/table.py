@@ -14,7 +14,7 @@ admitted exactly when the kernel's own declaration takes its case. Constraints b
 no declaration decides (a form with a T axis at T = 1, a tile of blocked keys in fewer keys than a
 tile) are :data:`CONSTRAINTS`, each with its reason; nothing is dropped silently.
 
-Longer than 250 lines because it is one table (fifteen parameters, their classes and what each class
+Longer than 250 lines because it is one table (its parameters, their classes and what each class
 requires of a case) and the constraints that belong to it; split, the table would be read in pieces.
 """
 
@@ -220,6 +220,12 @@ def _scalar_types(case: Case) -> str:
     return name
 
 
+def _transform(case: Case) -> str:
+    pres = case.presentation
+    form = pres.transform if pres is not None else None
+    return next(n for n, f in TRANSFORMS.items() if f == form)
+
+
 def _off_boundary(a) -> bool:
     if a is None:
         return False
@@ -334,6 +340,10 @@ FLAG_TYPES: dict[str, str | None] = {
     "is_causal a NumPy bool": "is_causal:numpy.bool_",
     "is_causal an int": "is_causal:int",
 }
+# The forward asked under a transform of the framework's (Presentation.transform): forward-mode AD, judged by the
+# oracle's JVP along tangents of Q, K and V; vmap over this case and a second one of the same form and other
+# values, each item judged by the oracle. A transform met the other classes only in TRANSFORM-*'s few bases.
+TRANSFORMS: dict[str, str | None] = {"none": None, "forward-mode AD": "jvp", "vmap": "vmap"}
 SHAPE_PARAMETERS = ("B", "heads", "S", "T", "Dk", "Dv")  # what a per-shape cache keys on (the Q, K, V shapes)
 NON_SHAPE_PARAMETERS = (
     "dtype",
@@ -362,6 +372,7 @@ PRESENTATION_PARAMETERS = (
     "second switch",
     "scalar types",
     "flag types",
+    "transform",
     *ARGUMENT_MEMORY,
 )
 
@@ -469,6 +480,7 @@ PARAMETERS: tuple[Parameter, ...] = (
     Parameter("second switch", tuple(_v(n, lambda c, d, k=k: _switch(c, 1) == k) for n, k in SWITCHES.items())),
     Parameter("scalar types", tuple(_v(n, lambda c, d, n=n: _scalar_types(c) == n) for n in SCALAR_TYPES)),
     Parameter("flag types", tuple(_v(n, lambda c, d, n=n: _flag_types(c) == n) for n in FLAG_TYPES)),
+    Parameter("transform", tuple(_v(n, lambda c, d, n=n: _transform(c) == n) for n in TRANSFORMS)),
     Parameter("query memory", tuple(_v(n, _arg_memory("query", n)) for n in QUERY_MEMORY)),
     Parameter("key memory", tuple(_v(n, _arg_memory("key", n)) for n in KV_MEMORY)),
     Parameter("value memory", tuple(_v(n, _arg_memory("value", n)) for n in KV_MEMORY)),
@@ -608,6 +620,24 @@ CONSTRAINTS: tuple[Constraint, ...] = (
         ("mask form", "mask memory"),
         lambda f, m: m == PITCHED and f not in _T_AXIS_FORMS,
         "a row pitch needs a mask with more than one row (a T axis, T > 1)",
+    ),
+    Constraint(
+        ("transform", "direction"),
+        lambda x, d: x != "none" and d == "backward",
+        "a transform is asked of the forward (the backward's own are TRANSFORM-GRADGRAD-03 and -FWD-OVER-REV-02)",
+    ),
+    Constraint(
+        ("transform", "dropout"),
+        lambda x, d: x != "none" and d == "on",
+        "under a transform dropout's mask is not replayed (vmap draws per item, and the replay lifts it into V)",
+    ),
+    *(
+        Constraint(
+            ("transform", other),
+            lambda x, o, first=first: x != "none" and o != first,
+            "a transform is asked with the inputs as the direction asks, no switch set around it",
+        )
+        for other, first in (("requires grad", BY_DIRECTION), ("context", BY_DIRECTION), ("switch", "none"))
     ),
     Constraint(
         ("T", "cotangent"),

@@ -46,8 +46,10 @@ def _u(case: Case, decl: Declaration) -> float:
     return U.get(rule, U["float32"])
 
 
-def _conventions(decl: Declaration) -> dict:
-    return {"all_blocked": decl.all_blocked, "causal_alignment": decl.causal_alignment}
+def _conventions(case: Case, decl: Declaration) -> dict:
+    """The fill the kernel declares for ``case``'s rows blocked entirely (an additive -inf row may have its
+    own: ``Declaration.all_blocked_policy``) and its causal alignment."""
+    return {"all_blocked": decl.all_blocked_policy(case), "causal_alignment": decl.causal_alignment}
 
 
 def _abs_inputs(case: Case, tangents: dict):
@@ -74,7 +76,7 @@ def _factor(case: Case, decl: Declaration, fwd: oracle.Forward) -> tuple[float, 
 
 def expected_jvp(case: Case, tangents: dict, decl: Declaration) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(out, tangent_out, allowed for tangent_out), float64."""
-    fwd, dout = oracle.jvp(case, tangents, **_conventions(decl))
+    fwd, dout = oracle.jvp(case, tangents, **_conventions(case, decl))
     q, k, v, tq, tk, tv = _abs_inputs(case, tangents)
     scale = abs(case.effective_scale)
     p = np.where(np.isnan(fwd.weights), 0.0, fwd.weights)
@@ -95,8 +97,8 @@ def expected_vjp_vjp(
     """((d2q, d2k, d2v), their allowances), float64: the gradient of <vjp(grad_out), w> (oracle.vjp_jvp)."""
     names = ("query", "key", "value")
     tangents = dict(zip(names, w))
-    want = oracle.vjp_jvp(case, grad_out, tangents, **_conventions(decl))
-    fwd = oracle.forward(case, **_conventions(decl))
+    want = oracle.vjp_jvp(case, grad_out, tangents, **_conventions(case, decl))
+    fwd = oracle.forward(case, **_conventions(case, decl))
     q, k, v, wq, wk, wv = _abs_inputs(case, tangents)
     g = np.abs(oracle._f64(grad_out))
     scale = abs(case.effective_scale)
