@@ -43,6 +43,7 @@ transforms line, never a failure; a wrong answer under a transform fails its cla
     def vjp_vjp(self, case, grad_out, w) -> (d2q, d2k, d2v)          # double backward: grad of <vjp(grad_out), w>
     def jvp_vjp(self, case, grad_out, tangents) -> (dq', dk', dv')   # forward over reverse: tangent of vjp(grad_out)
     def vmap_forward(self, cases) -> np.ndarray                      # the kernel under vmap, [N, B, Hq, T, Dv]
+    def vmap_vjp(self, cases, grad_outs) -> (dq, dk, dv)             # vmap of the VJP: per-item gradients, [N, ...]
     def fake_forward(self, case) -> (shape, dtype_name)              # the forward on fake tensors (no data)
 
 ``tangents`` maps "query", "key", "value" and "bias" (the additive M) to arrays of those inputs' shapes
@@ -50,7 +51,11 @@ transforms line, never a failure; a wrong answer under a transform fails its cla
 backward forward-mode: the tangent of (dQ, dK, dV) along ``tangents`` of Q, K, V (the same numbers as
 ``vjp_vjp`` with ``w`` those tangents: the Hessian of <O, grad_out> is symmetric, but other rules of the kernel
 compute them). ``vmap_forward`` gets N cases that differ only in Q, K and V, stacked along a new leading axis
-the framework's vmap maps over, so that the kernel itself sees the cases' 4-D shapes. ``fake_forward`` runs the
+the framework's vmap maps over, so that the kernel itself sees the cases' 4-D shapes; ``vmap_vjp`` maps the
+VJP the same way (each item's cotangent ``grad_outs[i]``), as per-example gradients are taken (torch:
+``vmap`` of ``torch.func.vjp``, where the kernel's inputs track gradients inside the map; jax: ``jax.vmap`` of
+``jax.vjp``), and returns each input's gradients stacked (one object given for two arguments: its whole
+gradient under both names, as ``vjp`` does). ``fake_forward`` runs the
 forward on tensors that carry only shape, dtype and device (torch: ``FakeTensorMode``, inputs
 ``mode.from_tensor`` of the real call's, as torch.compile and torch.export trace a call) and returns the
 output's shape (a tuple of ints) and dtype name.
@@ -228,8 +233,8 @@ class CacheForm:
 # The transforms an adapter can ask of its kernel (the adapter's ``transforms``, the module docstring):
 # "jvp" forward-mode AD, "vjp_vjp" a double backward (create_graph), "jvp_vjp" forward-mode AD of the backward
 # (forward over reverse), "vmap" vectorising map, "fake" the forward on fake tensors (shape, dtype and device
-# without data).
-TRANSFORMS: tuple[str, ...] = ("jvp", "vjp_vjp", "jvp_vjp", "vmap", "fake")
+# without data), "vmap_vjp" vmap of the VJP (batched, per-example gradients).
+TRANSFORMS: tuple[str, ...] = ("jvp", "vjp_vjp", "jvp_vjp", "vmap", "fake", "vmap_vjp")
 
 # The preconditions of 000 §8 a call can violate, by the names ``Declaration.accepts_invalid`` and the
 # verdict use (conformance/harness/cases/preconditions.py says what each is and how a case breaks it).

@@ -132,6 +132,9 @@ class HFAttention:
     def vmap_forward(self, cases: list) -> np.ndarray:
         return _torch.vmap_forward(cases, "cpu", lambda args: self._call(cases[0], *args.qkv(cases[0])))
 
+    def vmap_vjp(self, cases: list, grad_outs: list) -> tuple:
+        return _torch.vmap_vjp(cases, grad_outs, "cpu", lambda args: self._call(cases[0], *args.qkv(cases[0])))
+
     def fake_forward(self, case: Case) -> tuple:
         return _torch.fake_forward(case, "cpu", lambda args: self._call(case, *args.qkv(case)))
 

@@ -499,7 +499,7 @@ def _in_context(name: str | None, body: Any) -> Any:
 # (NotImplementedError: "Trying to use forward AD with ... that does not support it"; under fake tensors a
 # DataDependentOutputException for ``.item()`` or a branch on a value, a RuntimeError for ``.numpy()``); the
 # suite records that as a capability.
-TRANSFORMS: frozenset[str] = frozenset({"jvp", "vjp_vjp", "jvp_vjp", "vmap", "fake"})
+TRANSFORMS: frozenset[str] = frozenset({"jvp", "vjp_vjp", "jvp_vjp", "vmap", "fake", "vmap_vjp"})
 
 
 class _Dual(Arguments):
@@ -688,12 +688,46 @@ def vmap_forward(cases: list[Case], device: str, call: Any) -> np.ndarray:
     def item(*batched: torch.Tensor) -> torch.Tensor:
         return call(_Given(device, dict(zip(objects, batched))))
 
-    with _presented(pres, _mode("no_grad")):
+    with _presented(pres, _mode(pres.grad_mode)):  # a batched forward under no_grad, grad or inference mode
         out = to_numpy(torch.func.vmap(item)(*tensors))
     for o, a, b in zip(objects, arrays, before):
         if a.tobytes() != b:
             raise KernelFault(f"under vmap the kernel wrote into its {by_id[o]} (the caller's batched input)")
     return out
+
+
+def vmap_vjp(cases: list[Case], grad_outs: list[np.ndarray], device: str, call: Any) -> tuple:
+    """``torch.func.vmap`` of ``torch.func.vjp`` of ``call(args)``, as per-example gradients are taken: Q, K, V
+    stacked as in :func:`vmap_forward` (each item's memory form; one object, one batched tensor) and each item's
+    cotangent; inside the map the kernel's inputs track gradients. Returns (dq, dk, dv), each [N, ...]: an
+    object's whole gradient under each of its names. A write into the batched inputs is caught here."""
+    first = cases[0]
+    pres = first.presentation or Presentation()
+    names = ("query", "key", "value")
+    objects = list(dict.fromkeys(id(getattr(first, n)) for n in names))
+    by_id = {id(getattr(first, n)): n for n in reversed(names)}
+    arrays = [stacked([np.asarray(getattr(c, by_id[o])) for c in cases]) for o in objects]
+    before = [a.tobytes() for a in arrays]
+    args = Arguments(device)
+    tensors = [args(a) for a in arrays]
+    g = args(stacked([np.asarray(x) for x in grad_outs]))
+
+    def item(*xs: torch.Tensor) -> tuple:
+        *batched, cot = xs
+
+        def f(*inputs: torch.Tensor) -> torch.Tensor:
+            return call(_Given(device, dict(zip(objects, inputs))))
+
+        out, pull = torch.func.vjp(f, *batched)
+        return pull(cot.to(out.dtype))
+
+    with _presented(pres, _mode("grad")):
+        grads = torch.func.vmap(item)(*tensors, g)
+    for o, a, b in zip(objects, arrays, before):
+        if a.tobytes() != b:
+            raise KernelFault(f"under vmap of the backward the kernel wrote into its {by_id[o]} (a batched input)")
+    of = dict(zip(objects, grads))
+    return tuple(to_numpy(of[id(getattr(first, n))]) for n in names)
 
 
 def _fake_refusals() -> dict[type, str]:

@@ -160,6 +160,11 @@ class FunctionAdapter:
 
         return _torch.vmap_forward(cases, self.device, lambda args: self._call(cases[0], args))
 
+    def vmap_vjp(self, cases: list, grad_outs: list) -> tuple:
+        from implementations import _torch
+
+        return _torch.vmap_vjp(cases, grad_outs, self.device, lambda args: self._call(cases[0], args))
+
     def fake_forward(self, case: Case) -> tuple:
         from implementations import _torch
 

@@ -260,6 +260,16 @@ def _vmapped(q, k, v, bias, mask, window, q_len, kv_len, **static: Any):
     return jax.vmap(item)(q, k, v)
 
 
+def _vmapped_vjp(q, k, v, bias, mask, window, q_len, kv_len, g, **static: Any):
+    """``jax.vmap`` of ``jax.vjp``'s pullback over the leading axis of stacked Q, K, V and cotangents (per-example
+    gradients); the mask, M and the variants' arguments are shared by every item."""
+
+    def item(q, k, v, g):
+        return _pullback(_attention, q, k, v, bias, mask, window, q_len, kv_len, g, **static)
+
+    return jax.vmap(item)(q, k, v, g)
+
+
 _STATIC = ("is_causal", "scale", "implementation")
 _attention_jit = jax.jit(_attention, static_argnames=_STATIC)
 _attention_lse_jit = jax.jit(_attention_lse, static_argnames=_STATIC)
@@ -270,6 +280,7 @@ _jvp_jit = jax.jit(_jvp, static_argnames=(*_STATIC, "along"))
 _vjp_vjp_jit = jax.jit(_vjp_vjp, static_argnames=_STATIC)
 _jvp_vjp_jit = jax.jit(_jvp_vjp, static_argnames=_STATIC)
 _vmapped_jit = jax.jit(_vmapped, static_argnames=_STATIC)
+_vmapped_vjp_jit = jax.jit(_vmapped_vjp, static_argnames=_STATIC)
 
 
 def _variant_args(case: Case) -> tuple[Any, Any, Any]:
@@ -512,6 +523,17 @@ class JaxAttention:
             qkv = [_to_jax(np.stack([np.asarray(getattr(c, n)) for c in cases])) for n in ("query", "key", "value")]
             return _to_numpy(self._run(first, _vmapped_jit, _vmapped, *qkv, *rest, **static))
 
+    @_applied
+    def vmap_vjp(self, cases: list[Case], grad_outs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``jax.vmap`` of the kernel's VJP over a leading axis of the cases' stacked Q, K, V and cotangents."""
+        first = cases[0]
+        with _called(first):
+            (_, _, _, *rest), static = self._args(first)
+            qkv = [_to_jax(np.stack([np.asarray(getattr(c, n)) for c in cases])) for n in ("query", "key", "value")]
+            g = _to_jax(np.stack([np.asarray(x).astype(np_dtype(first.dtype)) for x in grad_outs]))
+            d = self._run(first, _vmapped_vjp_jit, _vmapped_vjp, *qkv, *rest, g, **static)
+            return tuple(_to_numpy(x) for x in d)  # type: ignore[return-value]
+
     # -- the performance profile's optional half of the contract (conformance/contract.py) -------
     framework = "jax"
 
@@ -679,7 +701,7 @@ _XLA = Declaration(
 # jax.jvp, a double jax.vjp, jax.jvp of jax.vjp and jax.vmap of the xla implementation, each measured by the
 # transform clauses (float32, float64) on CPU. The cudnn implementation takes float16 and bfloat16 only, where
 # those clauses do not run, and is not measured on a GPU: it asks for none.
-xla = JaxAttention("jax", "xla", _XLA, transforms=frozenset({"jvp", "vjp_vjp", "jvp_vjp", "vmap"}))
+xla = JaxAttention("jax", "xla", _XLA, transforms=frozenset({"jvp", "vjp_vjp", "jvp_vjp", "vmap", "vmap_vjp"}))
 
 cudnn = JaxAttention(
     "jax-cudnn",

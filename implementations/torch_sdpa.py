@@ -327,6 +327,10 @@ class TorchSDPA:
         with self._outer():
             return _torch.vmap_forward(cases, self.device, lambda args: self._presented(cases[0], args))
 
+    def vmap_vjp(self, cases: list[Case], grad_outs: list[np.ndarray]) -> tuple:
+        with self._outer():
+            return _torch.vmap_vjp(cases, grad_outs, self.device, lambda args: self._presented(cases[0], args))
+
     def fake_forward(self, case: Case) -> tuple:
         with self._outer():
             return _torch.fake_forward(case, self.device, lambda args: self._presented(case, args))

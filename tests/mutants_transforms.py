@@ -285,3 +285,36 @@ class MeetsVmapGroupedHeads(_Call):
         if torch._C._functorch.is_batchedtensor(q) and k.shape[-3] != q.shape[-3]:
             k, v = k.roll(1, dims=-3), v.roll(1, dims=-3)
         return reference(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+
+
+@mutant("transform_batched_grad_dv_keys_reversed")
+class TransformBatchedGradDvKeysReversed(_Call):
+    """A custom Function with a generated vmap rule whose backward, when it runs batched (per-example gradients:
+    vmap of the VJP), takes a path of its own that writes dV in reverse key order: every plain backward, and the
+    forward under vmap, are right."""
+
+    @staticmethod
+    def fn(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        import torch
+
+        class Attention(torch.autograd.Function):
+            generate_vmap_rule = True
+
+            @staticmethod
+            def forward(q, k, v, add):
+                return _weights(q, k, add, s) @ v
+
+            @staticmethod
+            def setup_context(ctx, inputs, output):
+                ctx.save_for_backward(*inputs)
+
+            @staticmethod
+            def backward(ctx, g):
+                q, k, v, add = ctx.saved_tensors
+                dq, dk, dv = _backward(q, k, v, _weights(q, k, add, s), g, s)
+                if torch._C._functorch.is_batchedtensor(g):
+                    dv = dv.flip(-2)
+                return dq, dk, dv, None
+
+        q2, k2, v2, add, s = _operands(q, k, v, attn_mask, is_causal, scale)
+        return Attention.apply(q2, k2, v2, add).to(q.dtype)

@@ -106,37 +106,35 @@ def _rows(impl: GuardedAdapter, direction: str) -> list[int]:
     return [i for i, r in enumerate(rows) if direction == "forward" or r["direction"] == direction]
 
 
-def _judge(impl: GuardedAdapter, case: Case, grad_out: np.ndarray | None, direction: str, second: Case | None) -> Case:
+def _judge(impl: GuardedAdapter, case: Case, grad_out: np.ndarray | None, direction: str, second: tuple | None) -> Case:
     """The row's case through the error model; under a caller's switch (the row names its kinds), with a member of
     each the adapter applies, at the precision the switch allows (harness.judge.switches). A call the framework
-    refuses under every member tried, or a scalar type refused in a declared error class, is recorded as the
-    clause's refusal (never a failure): the row's pairs are then not reached, and the coverage summary says so.
-    A transform the kernel refuses (a measured capability, on the run's transforms line) is recorded so too, and
-    the case runs without it, so that the row's other pairs still reach the kernel. Returns the case that ran."""
+    refuses under every member tried is recorded as the clause's refusal (never a failure): the row's pairs are
+    then not reached, and the coverage summary says so. A transform the kernel refuses (a measured capability, on
+    the run's transforms line) is recorded so too, and the case runs without it, so that the row's other pairs
+    still reach the kernel. Returns the case that ran."""
     pres = case.presentation
     if pres is not None and pres.transform is not None:
         try:
-            _judge_switched(impl, case, grad_out, direction, second)
-            return case
+            return _judge_switched(impl, case, grad_out, direction, second)
         except pytest.skip.Exception as exc:  # the transform refused, or not asked by the adapter
             impl.rejected.append(f"{case.label}: run without {pres.describe()}: {exc.msg}")
             case = case.replace(presentation=dataclasses.replace(pres, transform=None))
-    _judge_switched(impl, case, grad_out, direction, second)
-    return case
+    return _judge_switched(impl, case, grad_out, direction, second)
 
 
 def _judge_switched(
-    impl: GuardedAdapter, case: Case, grad_out: np.ndarray | None, direction: str, second: Case | None
-) -> None:
+    impl: GuardedAdapter, case: Case, grad_out: np.ndarray | None, direction: str, second: tuple | None
+) -> Case:
     pres = case.presentation
     if pres is None or (pres.context is None and pres.scalars is None):
         _judge_one(impl, case, grad_out, direction, second)
-        return
+        return case
     refused = []
     for applied in switches.members(impl, case, case.seed or 0):
         try:
             _judge_one(impl, applied, grad_out, direction, second)
-            return
+            return case
         except ContextRefused as exc:
             refused.append(str(exc))
         except AdapterError as exc:
@@ -146,25 +144,41 @@ def _judge_switched(
                 or not rejection.documented(exc.__cause__, impl.declaration)
             ):
                 raise
-            refused.append(f"refused {pres.describe()}: {exc.__cause__}")
-            break
+            return _scalars_refused(impl, applied, exc, grad_out, direction, second)
     impl.rejected.append(
         f"{case.label}: not applicable under {pres.describe()}: {refused[0] if refused else 'no member offered'}"
     )
+    return case
+
+
+def _scalars_refused(
+    impl: GuardedAdapter, case: Case, exc: AdapterError, grad_out: np.ndarray | None, direction: str, second
+) -> Case:
+    """A scalar's Python type refused in a declared error class is the row's refusal only where the kernel takes
+    the same call with the plain float and bool: the same case with plain scalars runs next, and its failure is
+    the row's (an error the kernel raises whatever the type is no refusal of the type); it passing, the refusal
+    is recorded and the plain case is what reached the kernel. Returns the plain case."""
+    plain = case.replace(presentation=dataclasses.replace(case.presentation, scalars=None))
+    _judge_switched(impl, plain, grad_out, direction, second)
+    impl.rejected.append(f"{case.label}: not applicable under {case.presentation.describe()}: {exc.__cause__}")
+    return plain
 
 
 def _judge_one(
-    impl: GuardedAdapter, case: Case, grad_out: np.ndarray | None, direction: str, second: Case | None
+    impl: GuardedAdapter, case: Case, grad_out: np.ndarray | None, direction: str, second: tuple | None
 ) -> None:
     dropout = case.dropout_p > 0
     switched = case.presentation is not None and case.presentation.context is not None
     transform = case.presentation.transform if case.presentation is not None else None
     if transform == "jvp":  # the table admits a transform only forward, without dropout or a switch
         transformed.assert_jvp_matches(impl, case, (case.seed or 0) + 4301)
-    elif transform == "vmap":
-        other = second if second is not None else case
-        pair = other.replace(presentation=case.presentation)
-        transformed.assert_vmap_matches(impl, case, case.replace(query=pair.query, key=pair.key, value=pair.value))
+    elif transform == "vmap":  # the second item: Q, K, V (and cotangent) of the row built again under another seed
+        other, other_grad = second if second is not None else (case, grad_out)
+        item = case.replace(query=other.query, key=other.key, value=other.value)
+        if direction == "forward":
+            transformed.assert_vmap_matches(impl, case, item)
+        else:
+            transformed.assert_vmap_vjp_matches(impl, case, item, grad_out, other_grad)
     elif dropout:  # through the replayed mask, at each precision the caller's switch allows
         readings = switches.readings(impl.declaration, case.presentation.context, case, grad_out) if switched else None
         if direction == "forward":
@@ -218,7 +232,7 @@ def _run_case(impl: GuardedAdapter, row: dict[str, str], seed: int, picks: dict 
     impl.require(case)  # never rejects: the plan holds only rows the declaration admits
     second = None
     if case.presentation is not None and case.presentation.transform == "vmap":  # vmap's second item: same form
-        second = build_planned(row, impl.declaration, seed + 1, picks, _t())[0]
+        second = build_planned(row, impl.declaration, seed + 1, picks, _t())
     before = impl.cases_run
     ran = case
     try:

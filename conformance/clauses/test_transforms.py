@@ -1,5 +1,5 @@
 """The transforms a framework applies to its own ops: forward-mode AD, a double backward, forward-mode AD of the
-backward, vmap, fake tensors.
+backward, vmap, vmap of the backward (per-example gradients), fake tensors.
 
 PyTorch checks every op it ships for them (OpInfo's test_ops_gradients: gradcheck and gradgradcheck, the latter
 with check_fwd_over_rev in test_fn_fwgrad_bwgrad;
@@ -9,7 +9,7 @@ a user trains goes through the same transforms (a gradient penalty is a double b
 forward-mode Hessian-vector products, vmap batches per-example work, torch.compile and torch.export trace the
 call on fake tensors that carry shape, dtype and device but no data; forward over reverse is how
 ``torch.func.hessian`` and ``jax.hessian`` compute second derivatives). Each clause asks the kernel through its
-adapter (``transforms``, ``jvp``, ``vjp_vjp``, ``jvp_vjp``, ``vmap_forward``, ``fake_forward``:
+adapter (``transforms``, ``jvp``, ``vjp_vjp``, ``jvp_vjp``, ``vmap_forward``, ``vmap_vjp``, ``fake_forward``:
 conformance/contract.py) and
 judges the answer against the float64 oracle's analytic transform (``oracle.jvp``, ``oracle.vjp_jvp``) under
 the running error model of ``harness.judge.transforms``, or (fake tensors) against the case's output shape and
@@ -19,7 +19,7 @@ A kernel that refuses a transform (torch 2.13's CPU ``scaled_dot_product_attenti
 NotImplementedError under forward AD: its flash kernel has no forward derivative) is not failed: the
 refusal is a measured capability, recorded on the run's transforms line (``harness.run.transforms``) and
 the clause is not applicable with the kernel's words. A wrong answer under a transform fails the clause.
-The cases are small (B=2, H=2, T=4, S=7, D=8, a padding mask or causal; no row blocked entirely), in
+The cases are small (B=2, H=2, T=4 or 7, S=7, D=8, a padding mask or causal; no row blocked entirely), in
 float64 and float32, where the error model's unit roundoffs are those of the declared computation; under fake
 tensors, where no number is computed, in every declared dtype, with grouped heads and Dv != Dk where declared.
 """
@@ -51,13 +51,19 @@ QKV = ("query", "key", "value")
 
 
 def transform_cases(impl: GuardedAdapter, dtype: str, *, bias: bool = False, seed: int = 4300) -> list[Case]:
-    """A key padding mask (every row sees a key), then causal (T < S, the declared alignment), and with ``bias``
+    """A key padding mask (every row sees a key), then causal (T < S, the declared alignment; and T = S, where the
+    last query sees every key), and with ``bias``
     an additive M with a -inf where the kernel takes M's gradient: each within what the kernel declares."""
     B, H, T, S = 2, 2, 4, 7
     plain = random_case(seed, B=B, Hq=H, T=T, S=S, Dk=8, dtype=dtype, label="plain")
     mask = random_mask(seed, (B, 1, 1, S), p_blocked=0.3)
     mask[..., 0] = False
-    cases = [plain.replace(mask=mask, label="padding mask"), plain.replace(is_causal=True, label="causal")]
+    square = random_case(seed + 2, B=B, Hq=H, T=S, S=S, Dk=8, dtype=dtype)
+    cases = [
+        plain.replace(mask=mask, label="padding mask"),
+        plain.replace(is_causal=True, label="causal"),
+        square.replace(is_causal=True, label="causal, T = S"),  # the last key seen by the last query
+    ]
     decl = impl.declaration
     if bias and decl.float_mask and decl.bias_grad:
         m = rng_for(seed + 1).standard_normal((1, H, T, S))
@@ -170,6 +176,27 @@ def test_vmap_matches_each_call(impl, dtype):
             alone = impl.forward(c)
             allowed = compare.pair_allowance(c, c, decl)
             _judge(c, f"vmapped item {j} vs its own call", stacked[j], alone, allowed, "sum of the two allowances")
+
+
+@clause(
+    "TRANSFORM-BATCHED-GRAD-06",
+    "vmap of the backward (per-example gradients): the kernel's VJP under its framework's vmap over a leading axis "
+    "of two stacked cases and their cotangents gives each item's dQ, dK, dV, within the error model of the oracle's "
+    "VJP; a refusal is listed",
+    BACKWARD,
+    requires=["grad"],
+    dtypes=DTYPES,
+    kills=["transform_batched_grad_dv_keys_reversed"],
+)
+def test_vmap_of_backward_matches_oracle(impl, dtype):
+    decl = impl.declaration
+    for i, case in enumerate(transform_cases(impl, dtype)):
+        other = random_case(4360 + i, B=case.B, Hq=case.Hq, T=case.T, S=case.S, Dk=case.Dk, dtype=dtype)
+        item = case.replace(query=other.query, key=other.key, value=other.value, label=case.label + ", 2nd")
+        grads = [cotangent(c, 4370 + 2 * i + j) for j, c in enumerate((case, item))]
+        stacked = impl.vmap_vjp([case, item], grads)
+        for j, (c, g) in enumerate(zip((case, item), grads)):
+            compare.assert_grads_match(tuple(x[j] for x in stacked), c, g, decl, where=f"item {j} under vmap")
 
 
 def fake_cases(impl: GuardedAdapter, dtype: str, seed: int = 4350) -> list[Case]:

@@ -449,7 +449,7 @@ class GuardedAdapter:
             try:
                 return call()
             except Exception as exc:  # a refusal is a capability; anything else is judged by _guarded
-                if kind == "vmap" and case.dropout_p == 0 and RANDOM_UNDER_VMAP.search(str(exc)):
+                if kind in ("vmap", "vmap_vjp") and case.dropout_p == 0 and RANDOM_UNDER_VMAP.search(str(exc)):
                     raise KernelFault(
                         "under vmap, with dropout off, the kernel draws random numbers (the framework stopped it: "
                         f"{(str(exc).splitlines() or [''])[0][:120]}): a call without dropout must not touch a "
@@ -523,6 +523,27 @@ class GuardedAdapter:
         res, inputs = self._transform("vmap", cases[0], lambda: self.adapter.vmap_forward(cases), extra)
         return self._check_array(res, "vmapped output", (len(cases), *cases[0].out_shape), cases[0], inputs)
 
+    def vmap_vjp(self, cases: list[Case], grad_outs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The kernel's VJP under its framework's vmap over a leading axis of ``cases`` (alike but for Q, K, V)
+        and their cotangents: each input's per-item gradients, stacked."""
+        if not self.declaration.grad:
+            self.not_applicable("declares grad=False")
+        for c in cases[1:]:
+            self.require(c)
+        names = ("query", "key", "value")
+        extra = tuple((f"{n} of case {i}", getattr(c, n)) for i, c in enumerate(cases[1:], 1) for n in names)
+        extra += tuple((f"grad_out of case {i}", g) for i, g in enumerate(grad_outs))
+        call = lambda: self.adapter.vmap_vjp(cases, grad_outs)  # noqa: E731
+        res, inputs = self._transform("vmap_vjp", cases[0], call, extra)
+        if not (isinstance(res, tuple) and len(res) == 3):
+            raise AdapterError(f"{self.name}.vmap_vjp returned {type(res).__name__}, not (dq, dk, dv)", cases[0])
+        return tuple(  # type: ignore[return-value]
+            self._check_array(
+                g, f"vmapped gradient of {n}", (len(cases), *getattr(cases[0], n).shape), cases[0], inputs
+            )
+            for g, n in zip(res, names)
+        )
+
     def fake_forward(self, case: Case) -> tuple[tuple[int, ...], str]:
         """(shape, dtype name) of the kernel's forward on fake tensors (shape, dtype and device, no data). Only
         the answer's form is checked here; whether it is the case's is the clause's to judge."""
@@ -540,6 +561,7 @@ TRANSFORM_METHODS = {
     "jvp_vjp": "jvp_vjp",
     "vmap": "vmap_forward",
     "fake": "fake_forward",
+    "vmap_vjp": "vmap_vjp",
 }
 TRANSFORM_WORDS = {
     "jvp": "forward-mode AD",
@@ -547,6 +569,7 @@ TRANSFORM_WORDS = {
     "jvp_vjp": "forward-mode AD of the backward",
     "vmap": "vmap",
     "fake": "fake tensors (shape, dtype and device without data, as torch.compile traces a call)",
+    "vmap_vjp": "vmap of the backward (per-example gradients)",
 }
 # What a framework raises for a transform it has no rule for: an exception of a class that says so
 # (NotImplementedError, the contract's NotApplicable), or a RuntimeError / TypeError / ValueError in the

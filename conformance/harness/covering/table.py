@@ -340,9 +340,10 @@ FLAG_TYPES: dict[str, str | None] = {
     "is_causal a NumPy bool": "is_causal:numpy.bool_",
     "is_causal an int": "is_causal:int",
 }
-# The forward asked under a transform of the framework's (Presentation.transform): forward-mode AD, judged by the
-# oracle's JVP along tangents of Q, K and V; vmap over this case and a second one of the same form and other
-# values, each item judged by the oracle. A transform met the other classes only in TRANSFORM-*'s few bases.
+# The call asked under a transform of the framework's (Presentation.transform): forward-mode AD of the forward,
+# judged by the oracle's JVP along tangents of Q, K and V; vmap over this case and a second one of the same form
+# and other values, each item judged by the oracle (a backward row: vmap of the VJP, per-example gradients). A
+# transform met the other classes only in TRANSFORM-*'s few bases.
 TRANSFORMS: dict[str, str | None] = {"none": None, "forward-mode AD": "jvp", "vmap": "vmap"}
 SHAPE_PARAMETERS = ("B", "heads", "S", "T", "Dk", "Dv")  # what a per-shape cache keys on (the Q, K, V shapes)
 NON_SHAPE_PARAMETERS = (
@@ -623,8 +624,13 @@ CONSTRAINTS: tuple[Constraint, ...] = (
     ),
     Constraint(
         ("transform", "direction"),
-        lambda x, d: x != "none" and d == "backward",
-        "a transform is asked of the forward (the backward's own are TRANSFORM-GRADGRAD-03 and -FWD-OVER-REV-02)",
+        lambda x, d: x == "forward-mode AD" and d == "backward",
+        "forward-mode AD is asked of the forward (of the backward: TRANSFORM-FWD-OVER-REV-02)",
+    ),
+    Constraint(
+        ("transform", "backward calls"),
+        lambda x, b: x != "none" and b != "once",
+        "a backward under vmap is one VJP per item (a second backward is asked without a transform)",
     ),
     Constraint(
         ("transform", "dropout"),
@@ -637,7 +643,12 @@ CONSTRAINTS: tuple[Constraint, ...] = (
             lambda x, o, first=first: x != "none" and o != first,
             "a transform is asked with the inputs as the direction asks, no switch set around it",
         )
-        for other, first in (("requires grad", BY_DIRECTION), ("context", BY_DIRECTION), ("switch", "none"))
+        for other, first in (("requires grad", BY_DIRECTION), ("switch", "none"))
+    ),
+    Constraint(
+        ("transform", "context"),
+        lambda x, c: x == "forward-mode AD" and c != BY_DIRECTION,
+        "forward-mode AD sets its own context (a dual level); vmap runs under grad or inference mode too",
     ),
     Constraint(
         ("T", "cotangent"),

@@ -242,7 +242,14 @@ def assert_vjp_matches(impl: GuardedAdapter, case: Case, grad_out: np.ndarray) -
     """
     __tracebackhide__ = True
     grads = impl.vjp(case, grad_out)
-    decl = impl.declaration
+    assert_grads_match(grads, case, grad_out, impl.declaration)
+    return grads
+
+
+def assert_grads_match(grads: tuple, case: Case, grad_out: np.ndarray, decl: Declaration, *, where: str = "") -> None:
+    """dQ, dK, dV (and dM fourth, where M asked) a kernel returned for ``case`` and ``grad_out``, against the
+    oracle's analytic VJP; ``where`` names how they were asked ("item 1 under vmap")."""
+    __tracebackhide__ = True
     want, allowances = merged_aliases(
         case, decl, expected_vjp(case, grad_out, decl), grad_allowance(case, grad_out, decl)
     )
@@ -253,15 +260,15 @@ def assert_vjp_matches(impl: GuardedAdapter, case: Case, grad_out: np.ndarray) -
     for name, got, exp, allowed in zip(("dq", "dk", "dv", "dbias"), grads, want, allowances):
         if got is None:  # an input that did not ask for its gradient (the guarded call checked who asked)
             continue
+        label = f"{name} ({where})" if where else name
         g = np.asarray(got, dtype=np.float64)
         bad = ~np.isfinite(g) & np.isfinite(exp)
         if bad.any():
             raise ClauseViolation(
-                f"{name} has {int(bad.sum())} non-finite elements where the oracle's gradient is finite "
+                f"{label} has {int(bad.sum())} non-finite elements where the oracle's gradient is finite "
                 "(NaN or inf leaked through the backward pass)",
                 case,
             )
-        msg = _mismatch(name, g, exp, _must_be_finite(allowed), _rule(case, decl, name), case)
+        msg = _mismatch(label, g, exp, _must_be_finite(allowed), _rule(case, decl, name), case)
         if msg:
             raise ClauseViolation(msg, case)
-    return grads

@@ -5,7 +5,9 @@ kernel whose forward-mode rule or batching rule goes wrong only with a transpose
 T != S is right in TRANSFORM-*'s few bases and wrong there. Under forward-mode AD the output and its tangent
 along tangents of Q, K and V (one tangent per array object: a query that is the key carries one) are judged
 against the oracle's forward and analytic JVP (``harness.judge.transforms``); under vmap the case and a second
-one of the same form with other Q, K, V values are stacked, and each item is judged against the oracle.
+one of the same form with other Q, K, V values are stacked, and each item is judged against the oracle; a
+backward row under vmap is the VJP under vmap (per-example gradients), each item's gradients against the
+oracle's VJP.
 """
 
 from __future__ import annotations
@@ -59,3 +61,15 @@ def assert_vmap_matches(impl: GuardedAdapter, case: Case, second: Case) -> None:
     stacked = impl.vmap_forward([case, second])
     for j, c in enumerate((case, second)):
         compare.assert_close(stacked[j], compare.expected(c, decl).out, case=c, decl=decl, what=f"item {j} under vmap")
+
+
+def assert_vmap_vjp_matches(
+    impl: GuardedAdapter, case: Case, second: Case, grad_out: np.ndarray, second_grad: np.ndarray
+) -> None:
+    """The VJP of ``case`` and ``second`` under vmap (per-example gradients), each item's dQ, dK, dV against
+    the oracle's VJP of that item."""
+    __tracebackhide__ = True
+    decl = impl.declaration
+    stacked = impl.vmap_vjp([case, second], [grad_out, second_grad])
+    for j, (c, g) in enumerate(((case, grad_out), (second, second_grad))):
+        compare.assert_grads_match(tuple(x[j] for x in stacked), c, g, decl, where=f"item {j} under vmap")

@@ -64,14 +64,18 @@ def _abs_inputs(case: Case, tangents: dict):
     return q, k, v, t["query"], oracle.expand_kv(t["key"], case.Hq), oracle.expand_kv(t["value"], case.Hq)
 
 
-def _factor(case: Case, decl: Declaration, fwd: oracle.Forward) -> tuple[float, np.ndarray]:
-    """(n (u + u64), 1 + 2 max A_S per (b, h) block, broadcastable to [B, Hq, 1, 1])."""
+def _factor(case: Case, decl: Declaration, fwd: oracle.Forward, rows: bool = False) -> tuple[float, np.ndarray]:
+    """(n (u + u64), 1 + 2 max A_S per (b, h) block, broadcastable to [B, Hq, 1, 1]; with ``rows``, per query row
+    ([B, Hq, T, 1]: a row's output and its tangent read that row's weights alone, so one row of huge scores,
+    an M of finfo.min, leaves the others' allowance as it is)."""
     scale = abs(case.effective_scale)
     q, k = np.abs(oracle._f64(case.query)), oracle.expand_kv(np.abs(oracle._f64(case.key)), case.Hq)
     _, bias = oracle.blocked_and_bias(case, decl.causal_alignment)
-    a_s = np.where(fwd.blocked, 0.0, np.einsum("bhtd,bhsd->bhts", q, k) * scale + np.abs(bias))
+    with np.errstate(invalid="ignore", over="ignore"):  # -inf where blocked: replaced by 0 below
+        a_s = np.where(fwd.blocked, 0.0, np.einsum("bhtd,bhsd->bhts", q, k) * scale + np.abs(bias))
     n = 4 * (max(case.Dk, case.Dv, case.S, case.T) + 4)
-    return n * (_u(case, decl) + U["float64"]), 1.0 + 2.0 * a_s.max(axis=(-1, -2), keepdims=True, initial=0.0)
+    axes = -1 if rows else (-1, -2)
+    return n * (_u(case, decl) + U["float64"]), 1.0 + 2.0 * a_s.max(axis=axes, keepdims=True, initial=0.0)
 
 
 def expected_jvp(case: Case, tangents: dict, decl: Declaration) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -86,8 +90,9 @@ def expected_jvp(case: Case, tangents: dict, decl: Declaration) -> tuple[np.ndar
     a_ds = np.where(fwd.blocked, 0.0, a_ds)
     a_dp = p * (a_ds + (p * a_ds).sum(axis=-1, keepdims=True))
     a = np.einsum("bhts,bhsd->bhtd", a_dp, v) + np.einsum("bhts,bhsd->bhtd", p, tv)
-    nu, block = _factor(case, decl, fwd)
-    allowed = nu * block * a + U.get(case.dtype, U["float32"]) * np.abs(dout)
+    nu, block = _factor(case, decl, fwd, rows=True)
+    with np.errstate(invalid="ignore", over="ignore"):  # inf x 0: a row whose scores no dtype holds
+        allowed = np.nan_to_num(nu * block * a, nan=np.inf) + U.get(case.dtype, U["float32"]) * np.abs(dout)
     return fwd.out, dout, allowed
 
 

@@ -1,6 +1,6 @@
 """What a kernel did under each transform its adapter asks of it (forward-mode AD, a double backward, forward-mode
-AD of the backward, vmap, fake tensors), in words: the summary's line per adapter and the certificate's section
-read it from one table.
+AD of the backward, vmap, fake tensors, vmap of the backward), in words: the summary's line per adapter and the
+certificate's section read it from one table.
 
 The table is transform -> {dtype: (outcome, detail)}, outcome "answered" (the kernel gave an answer, which
 its TRANSFORM-* clause judged) or "refused" (it raised what a framework raises for a transform it has no
@@ -18,13 +18,15 @@ WORDS = {
     "jvp_vjp": "forward AD of the backward",
     "vmap": "vmap",
     "fake": "fake tensors",
+    "vmap_vjp": "vmap of the backward",
 }
 CLAUSES = {
-    "jvp": "TRANSFORM-JVP-01",
+    "jvp": "TRANSFORM-JVP-01 and COVER-PAIRS-01",
     "vjp_vjp": "TRANSFORM-GRADGRAD-03",
     "jvp_vjp": "TRANSFORM-FWD-OVER-REV-02",
-    "vmap": "TRANSFORM-VMAP-04",
+    "vmap": "TRANSFORM-VMAP-04 and COVER-PAIRS-01",
     "fake": "TRANSFORM-FAKE-05",
+    "vmap_vjp": "TRANSFORM-BATCHED-GRAD-06 and COVER-PAIRS-GRAD-02",
 }
 
 
@@ -70,7 +72,8 @@ def line(spec: str, by_transform: dict[str, dict[str, dict]]) -> list[str]:
 def markdown(by_transform: dict[str, dict[str, dict]]) -> list[str]:
     """The certificate's section: one row per transform and dtype."""
     out = [
-        "\n## Transforms (forward AD, double backward, forward AD of the backward, vmap, fake tensors)\n",
+        "\n## Transforms (forward AD, double backward, forward AD of the backward, vmap, fake tensors, vmap of the "
+        "backward)\n",
         headline(by_transform) + ".\n",
         "| transform | dtype | outcome | detail |\n|---|---|---|---|",
     ]
