@@ -328,6 +328,12 @@ def sample(n: int, arity: int, seed: int, family: str | None = None) -> list[Cal
 _EXCLUSIVE = (
     {"inference mode", "forward-mode AD is on (a tangent)"},
     {"forward-mode AD is on (a tangent)", "under vmap (a batched tensor)"},  # the clauses apply one at a time
+    # a kernel under vmap sees a batched tensor without requires_grad and without a storage of its own: inside
+    # vmap of a VJP the outermost wrapper is the gradient's (is_batchedtensor is False there), inside a VJP of
+    # vmap requires_grad reads False; a batched tensor's untyped_storage() raises (torch 2.13)
+    {"the query asks for a gradient", "under vmap (a batched tensor)"},
+    {"the value asks for a gradient", "under vmap (a batched tensor)"},
+    {"Q, K and V share one storage", "under vmap (a batched tensor)"},
     {"inference mode", "the query asks for a gradient"},  # no input asks for a gradient under inference mode
     {"inference mode", "the value asks for a gradient"},
     {"inference mode", "autograd is on"},
