@@ -669,65 +669,66 @@ def stacked(items: list[np.ndarray]) -> np.ndarray:
     return out
 
 
+class _Batch:
+    """The N cases' Q, K, V as vmap's inputs: one stacked array per array object (one object given for two
+    arguments is one batched tensor), each item in the first case's memory form (:func:`stacked`), as tensors
+    over the arrays' own memory, so that a write into a batched input lands where :meth:`check_unwritten` sees
+    it."""
+
+    NAMES = ("query", "key", "value")
+
+    def __init__(self, cases: list[Case], device: str) -> None:
+        first = cases[0]
+        self.device = device
+        self.objects = list(dict.fromkeys(id(getattr(first, n)) for n in self.NAMES))
+        self.name_of = {id(getattr(first, n)): n for n in reversed(self.NAMES)}
+        self.ids = [id(getattr(first, n)) for n in self.NAMES]
+        self.arrays = [stacked([np.asarray(getattr(c, self.name_of[o])) for c in cases]) for o in self.objects]
+        self._before = [a.tobytes() for a in self.arrays]
+        self.args = Arguments(device)
+        self.tensors = [self.args(a) for a in self.arrays]
+
+    def given(self, batched: tuple) -> _Given:
+        """The arguments of one call inside the map: the batched tensors in place of Q, K, V."""
+        return _Given(self.device, dict(zip(self.objects, batched)))
+
+    def check_unwritten(self, under: str) -> None:
+        for o, a, b in zip(self.objects, self.arrays, self._before):
+            if a.tobytes() != b:
+                raise KernelFault(f"under {under} the kernel wrote into its {self.name_of[o]} (a batched input)")
+
+
 def vmap_forward(cases: list[Case], device: str, call: Any) -> np.ndarray:
     """``torch.func.vmap`` of ``call(args)`` over a new leading axis of the N cases' stacked Q, K, V (the
     cases differ in nothing else; ``call`` builds the rest from the first): [N, B, Hq, T, Dv]. The kernel
-    sees each case's own 4-D shapes and memory form (:func:`stacked`), as batched tensors; one array object
-    given for two arguments is one batched tensor. A kernel that writes into the batched inputs (the caller's
-    stacked tensors) is caught here, where the writes land."""
-    first = cases[0]
-    pres = first.presentation or Presentation()
-    names = ("query", "key", "value")
-    objects = list(dict.fromkeys(id(getattr(first, n)) for n in names))  # one batched tensor per array object
-    by_id = {id(getattr(first, n)): n for n in reversed(names)}
-    arrays = [stacked([np.asarray(getattr(c, by_id[o])) for c in cases]) for o in objects]
-    before = [a.tobytes() for a in arrays]
-    args = Arguments(device)
-    tensors = [args(a) for a in arrays]
-
-    def item(*batched: torch.Tensor) -> torch.Tensor:
-        return call(_Given(device, dict(zip(objects, batched))))
-
+    sees each case's own 4-D shapes and memory form, as batched tensors (:class:`_Batch`); a kernel that
+    writes into them (the caller's stacked tensors) is caught here, where the writes land."""
+    pres = cases[0].presentation or Presentation()
+    batch = _Batch(cases, device)
     with _presented(pres, _mode(pres.grad_mode)):  # a batched forward under no_grad, grad or inference mode
-        out = to_numpy(torch.func.vmap(item)(*tensors))
-    for o, a, b in zip(objects, arrays, before):
-        if a.tobytes() != b:
-            raise KernelFault(f"under vmap the kernel wrote into its {by_id[o]} (the caller's batched input)")
+        out = to_numpy(torch.func.vmap(lambda *xs: call(batch.given(xs)))(*batch.tensors))
+    batch.check_unwritten("vmap")
     return out
 
 
 def vmap_vjp(cases: list[Case], grad_outs: list[np.ndarray], device: str, call: Any) -> tuple:
     """``torch.func.vmap`` of ``torch.func.vjp`` of ``call(args)``, as per-example gradients are taken: Q, K, V
-    stacked as in :func:`vmap_forward` (each item's memory form; one object, one batched tensor) and each item's
-    cotangent; inside the map the kernel's inputs track gradients. Returns (dq, dk, dv), each [N, ...]: an
-    object's whole gradient under each of its names. A write into the batched inputs is caught here."""
-    first = cases[0]
-    pres = first.presentation or Presentation()
-    names = ("query", "key", "value")
-    objects = list(dict.fromkeys(id(getattr(first, n)) for n in names))
-    by_id = {id(getattr(first, n)): n for n in reversed(names)}
-    arrays = [stacked([np.asarray(getattr(c, by_id[o])) for c in cases]) for o in objects]
-    before = [a.tobytes() for a in arrays]
-    args = Arguments(device)
-    tensors = [args(a) for a in arrays]
-    g = args(stacked([np.asarray(x) for x in grad_outs]))
+    stacked as in :func:`vmap_forward` and each item's cotangent; inside the map the kernel's inputs track
+    gradients. Returns (dq, dk, dv), each [N, ...]: an object's whole gradient under each of its names."""
+    pres = cases[0].presentation or Presentation()
+    batch = _Batch(cases, device)
+    g = batch.args(stacked([np.asarray(x) for x in grad_outs]))
 
     def item(*xs: torch.Tensor) -> tuple:
-        *batched, cot = xs
-
-        def f(*inputs: torch.Tensor) -> torch.Tensor:
-            return call(_Given(device, dict(zip(objects, inputs))))
-
-        out, pull = torch.func.vjp(f, *batched)
+        *inputs, cot = xs
+        out, pull = torch.func.vjp(lambda *ys: call(batch.given(ys)), *inputs)
         return pull(cot.to(out.dtype))
 
     with _presented(pres, _mode("grad")):
-        grads = torch.func.vmap(item)(*tensors, g)
-    for o, a, b in zip(objects, arrays, before):
-        if a.tobytes() != b:
-            raise KernelFault(f"under vmap of the backward the kernel wrote into its {by_id[o]} (a batched input)")
-    of = dict(zip(objects, grads))
-    return tuple(to_numpy(of[id(getattr(first, n))]) for n in names)
+        grads = torch.func.vmap(item)(*batch.tensors, g)
+    batch.check_unwritten("vmap of the backward")
+    of = dict(zip(batch.objects, grads))
+    return tuple(to_numpy(of[i]) for i in batch.ids)
 
 
 def _fake_refusals() -> dict[type, str]:

@@ -318,3 +318,21 @@ class TransformBatchedGradDvKeysReversed(_Call):
 
         q2, k2, v2, add, s = _operands(q, k, v, attn_mask, is_causal, scale)
         return Attention.apply(q2, k2, v2, add).to(q.dtype)
+
+
+@mutant("transform_vmap_scales_query_in_place")
+class TransformVmapScalesQueryInPlace(_Call):
+    """Under vmap its batched path scales the query in place (``q.mul_(scale)``, then scores at scale 1), as a
+    kernel that saves a copy does: the answer is right, but the caller's stacked query is changed. Outside vmap
+    it never writes."""
+
+    @staticmethod
+    def fn(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        import torch
+
+        if torch._C._functorch.is_batchedtensor(q):
+            s = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+            with torch.no_grad():
+                q.mul_(s)
+            return reference(q, k, v, attn_mask, dropout_p, is_causal, 1.0, enable_gqa)
+        return reference(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
