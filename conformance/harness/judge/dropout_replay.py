@@ -56,6 +56,10 @@ def _check_whole_rows(
     if not 0.0 < p < 1.0:
         return
     visible = ~blocked
+    if case.bias is not None:  # an M past float16's range is -inf once a switch lowers it (autocast): not visible
+        with np.errstate(over="ignore"):
+            lowered = np.isneginf(np.asarray(case.bias, dtype=np.float64).astype(np.float16))
+        visible = visible & ~np.broadcast_to(lowered, visible.shape)
     keys = (visible & (weights / (1.0 - p) > SHOWN)).sum(axis=-1)
     q = np.power(p, keys.astype(np.float64))
     suspect = _wholly_dropped(w, visible) & (q <= ROW_LEVEL ** (1.0 / (1 + MAX_SEEDS)))
